@@ -1,0 +1,42 @@
+"""Render every registered component, with its config fields and docs, as Markdown."""
+
+from __future__ import annotations
+
+import inspect
+
+from toolbox.core.registry import Registry, component_fields
+
+# fields the builder injects: shown apart, never set in a config
+_INJECTED = {"parts", "context", "corpus", "tokenizer", "model", "optimizer", "total_steps", "device",
+             "vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "in_dim", "num_classes",
+             "obs_dim", "num_actions"}
+
+
+def _summary(obj: object) -> str:
+    doc = inspect.getdoc(obj) or ""
+    paragraph = doc.split("\n\n")[0]
+    return " ".join(paragraph.split())
+
+
+def render_catalog() -> str:
+    import toolbox.core.registries  # noqa: F401  (defines every registry)
+
+    lines = ["# Component catalog", "", "Every name a config can select, generated from the registries.", ""]
+    for kind, registry in Registry.all().items():
+        entries = list(registry)
+        if not entries:
+            continue
+        lines += [f"## {kind}", ""]
+        for name, obj in entries:
+            lines += [f"### `{kind}: {name}`", "", _summary(obj) or "(no description)", ""]
+            fields = [f for f in component_fields(obj) if f.name not in _INJECTED]
+            injected = [f.name for f in component_fields(obj) if f.name in _INJECTED]
+            if fields:
+                lines += ["| field | type | default | description |", "|---|---|---|---|"]
+                for f in fields:
+                    default = "**required**" if f.required else f"`{f.default!r}`"
+                    lines.append(f"| `{f.name}` | `{f.type_name}` | {default} | {f.doc} |")
+                lines.append("")
+            if injected:
+                lines += [f"Injected by the builder: {', '.join(f'`{n}`' for n in injected)}.", ""]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Core: registries, events, retry, run context, device and seed helpers."""

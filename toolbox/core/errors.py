@@ -1,0 +1,27 @@
+"""Exceptions with messages meant for the person running toolbox.
+
+Every error a user can cause (a bad config, a missing file, an unknown name) is one of these, and
+its message names the problem and the fix. The CLI prints them without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class ToolboxError(Exception):
+    """Base class: an error whose message is written for the user."""
+
+
+class ConfigError(ToolboxError):
+    """A config key, value or type is wrong; the message names the key path."""
+
+
+class UnknownComponentError(ConfigError):
+    """A config selects a component name that no registry knows."""
+
+
+class DataError(ToolboxError):
+    """A data file is missing or malformed."""
+
+
+class CheckpointError(ToolboxError):
+    """No usable checkpoint could be loaded."""

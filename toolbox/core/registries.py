@@ -1,0 +1,28 @@
+"""Every registry a config can select from, with the modules that fill it.
+
+The modules are imported on the first lookup, so ``import toolbox`` stays cheap. A new built-in
+component goes into one of these modules; a third-party one comes through the entry-point group
+``toolbox.<kind>`` (for example ``toolbox.model``).
+"""
+
+from __future__ import annotations
+
+from toolbox.core.registry import Registry
+
+MODELS = Registry("model", modules=("toolbox.nn.models",))
+LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
+TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
+SOURCES = Registry("source", modules=("toolbox.data.sources",))
+DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))
+COLLATORS = Registry("collator", modules=("toolbox.data.collators",))
+OBJECTIVES = Registry("objective", modules=("toolbox.objectives.supervised",))
+OPTIMIZERS = Registry("optimizer", modules=("toolbox.trainer.optim",))
+SCHEDULERS = Registry("scheduler", modules=("toolbox.trainer.optim",))
+PRECISIONS = Registry("precision", modules=("toolbox.trainer.precision",))
+TRAINERS = Registry("trainer", modules=("toolbox.trainer.supervised",))
+CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks",))
+STRATEGIES = Registry("strategy", modules=("toolbox.distributed.single",))
+LAUNCHERS = Registry("launcher", modules=("toolbox.launch.local",))
+ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
+REWARDS = Registry("reward", modules=())
+EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators",))

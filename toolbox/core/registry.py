@@ -1,0 +1,298 @@
+"""Registries: the only way a config names a component.
+
+A registry maps names to callables (classes or factory functions)::
+
+    MODELS = Registry("model")
+
+    @MODELS.register("tiny_llama")
+    def tiny_llama(vocab_size: int, hidden_size: int = 64) -> nn.Module: ...
+
+    model = MODELS.build({"name": "tiny_llama", "hidden_size": 128}, vocab_size=100)
+
+The schema of a component is the signature of its callable: ``build`` checks every config key
+against the parameter names and annotated types before calling it, so a misspelt key or a wrong type
+fails naming the key path and the valid keys. Keyword arguments passed to ``build`` are *injections*
+(vocab_size, model parameters, ...): only those the callable accepts are passed on.
+
+Third-party packages add components through the entry-point group ``toolbox.<registry name>``; an
+entry point named ``foo`` pointing at ``pkg.module:Thing`` registers ``Thing`` as ``foo``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolbox.core.errors import ConfigError, UnknownComponentError
+
+NAME_KEY = "name"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One config field of a component, read from its signature and docstring."""
+
+    name: str
+    annotation: Any
+    default: Any
+    required: bool
+    doc: str
+
+    @property
+    def type_name(self) -> str:
+        return _type_name(self.annotation)
+
+
+class Registry:
+    """A named table of components that configs select with ``name:``."""
+
+    _all: dict[str, Registry] = {}
+
+    def __init__(self, kind: str, modules: tuple[str, ...] = (), base: type | None = None) -> None:
+        self.kind = kind
+        self.base = base
+        self.modules = modules  # imported on first lookup: they register the built-in components
+        self._entries: dict[str, Callable[..., Any]] = {}
+        self._plugins_loaded = False
+        Registry._all[kind] = self
+
+    # registration -------------------------------------------------------------------------
+    def register(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def decorator(obj: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(name, obj)
+            return obj
+
+        return decorator
+
+    def add(self, name: str, obj: Callable[..., Any]) -> None:
+        if name in self._entries and self._entries[name] is not obj:
+            raise ValueError(f"{self.kind} '{name}' is registered twice")
+        self._entries[name] = obj
+        obj._registry_name = name  # type: ignore[attr-defined]
+
+    # lookup --------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        self._load_plugins()
+        return sorted(self._entries)
+
+    def __contains__(self, name: str) -> bool:
+        self._load_plugins()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[tuple[str, Callable[..., Any]]]:
+        self._load_plugins()
+        return iter(sorted(self._entries.items()))
+
+    def get(self, name: str, path: str | None = None) -> Callable[..., Any]:
+        self._load_plugins()
+        if name not in self._entries:
+            names = self.names()
+            close = difflib.get_close_matches(str(name), names, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            where = f"{path}: " if path else ""
+            raise UnknownComponentError(
+                f"{where}unknown {self.kind} '{name}'.{hint} Valid {self.kind} names: "
+                f"{', '.join(names) or '(none registered)'}."
+            )
+        return self._entries[name]
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        import importlib
+        from importlib.metadata import entry_points
+
+        for module in self.modules:
+            importlib.import_module(module)
+
+        for ep in entry_points(group=f"toolbox.{self.kind}"):
+            if ep.name not in self._entries:
+                self.add(ep.name, ep.load())
+
+    # schema --------------------------------------------------------------------------------
+    def fields(self, name: str) -> list[Field]:
+        return component_fields(self.get(name))
+
+    def validate(
+        self, spec: Mapping[str, Any], path: str, injected: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
+        """Check ``spec`` against the component's schema; return its keyword arguments."""
+        spec = _plain(spec)
+        if not isinstance(spec, dict) or NAME_KEY not in spec:
+            raise ConfigError(
+                f"{path}: expected a mapping with a '{NAME_KEY}' key selecting a {self.kind} "
+                f"(one of: {', '.join(self.names())}), got {spec!r}."
+            )
+        name = spec[NAME_KEY]
+        obj = self.get(name, path=f"{path}.{NAME_KEY}")
+        kwargs = {k: v for k, v in spec.items() if k != NAME_KEY}
+        return validate_kwargs(obj, kwargs, path, f"{self.kind} '{name}'", injected)
+
+    def build(self, spec: Mapping[str, Any], path: str | None = None, **injected: Any) -> Any:
+        """Build a component from its config node, passing the injections it accepts."""
+        path = path or self.kind
+        kwargs = self.validate(spec, path, frozenset(injected))
+        obj = self.get(_plain(spec)[NAME_KEY])
+        accepted = _accepted(obj, injected)
+        missing = [f.name for f in component_fields(obj) if f.required]
+        missing = [m for m in missing if m not in kwargs and m not in accepted]
+        if missing:
+            raise ConfigError(
+                f"{path}: {self.kind} '{spec[NAME_KEY]}' needs {', '.join(missing)}; "
+                f"set {', '.join(f'{path}.{m}=...' for m in missing)}."
+            )
+        result = obj(**accepted, **kwargs)
+        if self.base is not None and not isinstance(result, self.base):
+            raise ConfigError(
+                f"{path}: {self.kind} '{spec[NAME_KEY]}' built a {type(result).__name__}, "
+                f"not a {self.base.__name__}."
+            )
+        return result
+
+    @classmethod
+    def all(cls) -> dict[str, Registry]:
+        return dict(sorted(cls._all.items()))
+
+
+# helpers ----------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """OmegaConf containers to plain Python, so values can be type-checked and passed on."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - hydra is a hard dependency
+        return value
+    if isinstance(value, DictConfig | ListConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _signature(obj: Callable[..., Any]) -> inspect.Signature:
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    return inspect.signature(target)
+
+
+def _hints(obj: Callable[..., Any]) -> dict[str, Any]:
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    try:
+        return typing.get_type_hints(target)
+    except Exception:  # unresolved forward references: fall back to no type checking
+        return {}
+
+
+def _accepted(obj: Callable[..., Any], injected: Mapping[str, Any]) -> dict[str, Any]:
+    params = _signature(obj).parameters
+    return {k: v for k, v in injected.items() if k in params}
+
+
+def component_fields(obj: Callable[..., Any]) -> list[Field]:
+    """The config fields of a component: its keyword parameters with types and docs."""
+    hints = _hints(obj)
+    docs = _arg_docs(inspect.getdoc(obj) or "")
+    fields = []
+    for p in _signature(obj).parameters.values():
+        if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        fields.append(
+            Field(
+                name=p.name,
+                annotation=hints.get(p.name, Any),
+                default=None if p.default is p.empty else p.default,
+                required=p.default is p.empty,
+                doc=docs.get(p.name, ""),
+            )
+        )
+    return fields
+
+
+def validate_kwargs(
+    obj: Callable[..., Any],
+    kwargs: Mapping[str, Any],
+    path: str,
+    what: str,
+    injected: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """Type-check ``kwargs`` against the signature of ``obj``; errors name ``path.key``."""
+    fields = {f.name: f for f in component_fields(obj)}
+    accepts_any = any(p.kind == p.VAR_KEYWORD for p in _signature(obj).parameters.values())
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key not in fields:
+            if accepts_any:
+                out[key] = value
+                continue
+            valid = [n for n in fields if n not in injected]
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"{path}.{key}: unknown key for {what}.{hint} Valid keys: {', '.join(valid)}."
+            )
+        if key in injected:
+            raise ConfigError(
+                f"{path}.{key}: '{key}' is set by the builder for {what}; remove it from the config."
+            )
+        out[key] = check_type(value, fields[key].annotation, f"{path}.{key}")
+    return out
+
+
+def check_type(value: Any, annotation: Any, path: str) -> Any:
+    """Validate (and gently coerce: int -> float, list -> tuple) one config value."""
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return value
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        adapter = TypeAdapter(annotation, config={"arbitrary_types_allowed": True})
+    except Exception:  # not a type pydantic understands (a protocol, a module): accept
+        try:
+            adapter = TypeAdapter(annotation)
+        except Exception:
+            return value
+    try:
+        return adapter.validate_python(value, strict=False)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ConfigError(
+            f"{path}: expected {_type_name(annotation)}, got {value!r} "
+            f"({type(value).__name__}): {first['msg']}."
+        ) from None
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation is Any:
+        return "any"
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _arg_docs(doc: str) -> dict[str, str]:
+    """Parse a Google-style ``Args:`` section into {name: description}."""
+    out: dict[str, str] = {}
+    lines = doc.splitlines()
+    in_args = False
+    current = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in ("Args:", "Arguments:", "Parameters:"):
+            in_args = True
+            continue
+        if not in_args:
+            continue
+        if stripped and not line.startswith(" ") and stripped.endswith(":"):
+            break  # the next section
+        if not stripped:
+            current = None
+            continue
+        head, sep, rest = stripped.partition(":")
+        name = head.split(" ")[0].strip()
+        if sep and name.isidentifier() and line.startswith("    ") and not line.startswith("        "):
+            current = name
+            out[name] = rest.strip()
+        elif current:
+            out[current] = f"{out[current]} {stripped}".strip()
+    return out

@@ -1,0 +1,1 @@
+"""Data: tokenizers, sources (generated, local files, HF Hub), dataset factories, collators."""

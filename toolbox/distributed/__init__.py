@@ -1,0 +1,1 @@
+"""Distribution strategies: single process, DDP, FSDP."""

@@ -1,0 +1,1 @@
+"""Evaluation: perplexity, greedy exact match, and the `toolbox eval` stage."""

@@ -1,0 +1,91 @@
+"""Evaluators: ``evaluator(parts) -> {"eval/<metric>": value}`` over the held-out split.
+
+They run inside training (every ``trainer.eval_every`` steps) and in ``toolbox eval``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from toolbox.core.registries import EVALUATORS
+from toolbox.data.loader import BatchLoader
+
+if TYPE_CHECKING:
+    from toolbox.experiment import Components
+
+
+@EVALUATORS.register("perplexity")
+class Perplexity:
+    """Mean loss of the objective over the held-out examples, and its exponential.
+
+    Args:
+        batch_size: examples per forward pass.
+        max_examples: evaluate on the first this many examples (None: all).
+    """
+
+    def __init__(self, batch_size: int = 64, max_examples: int | None = None) -> None:
+        self.batch_size = batch_size
+        self.max_examples = max_examples
+
+    def __call__(self, parts: Components) -> dict[str, float]:
+        examples = parts.eval_data[: self.max_examples] if self.max_examples else parts.eval_data
+        device = parts.strategy.device
+        loss_sum, items, correct = 0.0, 0, 0.0
+        for start in range(0, len(examples), self.batch_size):
+            batch = parts.collator(list(examples[start : start + self.batch_size]))
+            batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            with parts.precision.autocast():
+                out = parts.objective(parts.model, batch)
+            loss_sum += float(out.loss_sum)
+            items += out.num_items
+            correct += out.metrics.get("correct", 0.0)
+        loss = loss_sum / max(items, 1)
+        return {
+            "eval/loss": loss,
+            "eval/perplexity": math.exp(min(loss, 50.0)),
+            "eval/token_accuracy": correct / max(items, 1),
+        }
+
+
+@EVALUATORS.register("exact_match")
+class ExactMatch:
+    """Greedy generation from each held-out prompt; the fraction whose output equals the reference.
+
+    Outputs and references are compared after stripping whitespace.
+
+    Args:
+        max_new_tokens: tokens generated per prompt.
+        batch_size: prompts generated together (left-padded).
+        max_examples: evaluate on the first this many examples (None: all).
+        prompt_field: raw field holding the prompt.
+        reference_field: raw field holding the expected output.
+    """
+
+    def __init__(
+        self,
+        max_new_tokens: int = 16,
+        batch_size: int = 64,
+        max_examples: int | None = None,
+        prompt_field: str = "prompt",
+        reference_field: str = "completion",
+    ) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.max_examples = max_examples
+        self.prompt_field = prompt_field
+        self.reference_field = reference_field
+
+    def __call__(self, parts: Components) -> dict[str, float]:
+        from toolbox.eval.generation import greedy_generate
+
+        records = parts.test_records[: self.max_examples] if self.max_examples else parts.test_records
+        prompts = [r[self.prompt_field] for r in records]
+        outputs = greedy_generate(
+            parts.strategy.unwrap(parts.model), parts.tokenizer, prompts, self.max_new_tokens,
+            self.batch_size, parts.strategy.device,
+        )
+        hits = sum(o.strip() == str(r[self.reference_field]).strip() for o, r in zip(outputs, records, strict=True))
+        return {"eval/exact_match": hits / max(len(records), 1)}

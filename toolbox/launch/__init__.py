@@ -1,0 +1,1 @@
+"""Launch commands: run an experiment locally, under torchrun, or as a SLURM job."""

@@ -1,0 +1,1 @@
+"""Objectives (losses), grouped by family: supervised, preference, policy, graph."""

@@ -1,0 +1,73 @@
+"""Supervised objectives: causal-LM cross entropy (optionally completion-only) and classification."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from toolbox.core.registries import OBJECTIVES
+from toolbox.objectives.base import LossOutput, SupervisedObjective
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
+
+
+@OBJECTIVES.register("causal_lm")
+class CausalLMLoss(SupervisedObjective):
+    """Next-token cross entropy of a causal LM.
+
+    Args:
+        completion_only: score only the tokens the batch's ``completion_mask`` marks (the answer,
+            not the prompt); when false every non-padding token is scored.
+        label_smoothing: mass moved uniformly over the vocabulary (0 = plain cross entropy).
+    """
+
+    def __init__(self, completion_only: bool = True, label_smoothing: float = 0.0) -> None:
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError("objective.label_smoothing must be in [0, 1)")
+        self.completion_only = completion_only
+        self.label_smoothing = label_smoothing
+
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
+        inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+        logits = model(**inputs).logits
+        mask = batch["completion_mask"] if self.completion_only else batch["attention_mask"]
+        labels = batch["input_ids"][:, 1:]
+        scored = mask[:, 1:].bool()
+        if "attention_mask" in batch and batch["attention_mask"].dim() == 2:
+            scored = scored & batch["attention_mask"][:, 1:].bool()
+        logits = logits[:, :-1][scored]
+        targets = labels[scored]
+        loss_sum = F.cross_entropy(
+            logits.float(), targets, reduction="sum", label_smoothing=self.label_smoothing
+        )
+        n = int(targets.numel())
+        with torch.no_grad():
+            acc = (logits.argmax(-1) == targets).float().sum().item()
+        return LossOutput(loss_sum, n, {"correct": acc})
+
+
+@OBJECTIVES.register("classification")
+class ClassificationLoss(SupervisedObjective):
+    """Cross entropy of class logits ``model(batch["x"])`` against ``batch["y"]``.
+
+    Args:
+        label_smoothing: mass moved uniformly over the classes (0 = plain cross entropy).
+        input_key: batch key of the model input.
+        target_key: batch key of the integer class labels.
+    """
+
+    def __init__(self, label_smoothing: float = 0.0, input_key: str = "x", target_key: str = "y") -> None:
+        self.label_smoothing = label_smoothing
+        self.input_key = input_key
+        self.target_key = target_key
+
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
+        out = model(batch[self.input_key])
+        logits = out.logits if hasattr(out, "logits") else out
+        y = batch[self.target_key]
+        loss_sum = F.cross_entropy(logits.float(), y, reduction="sum", label_smoothing=self.label_smoothing)
+        with torch.no_grad():
+            acc = (logits.argmax(-1) == y).float().sum().item()
+        return LossOutput(loss_sum, int(y.numel()), {"correct": acc})

@@ -1,0 +1,216 @@
+"""BaseTrainer: the fixed skeleton of every training run (the Template Method).
+
+::
+
+    _prepare_run   write config.yaml · resume (resume_from=auto) · setup()
+    loop:
+      STEP_START → train_step() → STEP_END(metrics)     # subclasses customise train_step
+      every eval_every → evaluate() → EVAL_END
+      every save_every → save_checkpoint() → CHECKPOINT_SAVED
+    _finish        final eval · final checkpoint · FIT_END
+
+The loop never logs and never writes metrics: it emits events, and callbacks observe them.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from toolbox.core.device import rng_state, set_rng_state
+from toolbox.core.errors import CheckpointError, ConfigError
+from toolbox.core.events import Event, EventBus
+from toolbox.objectives.base import Objective
+from toolbox.core.atomic import atomic_write_text
+from toolbox.trainer.checkpoint import Checkpointer
+
+if TYPE_CHECKING:
+    from toolbox.experiment import Components
+
+log = logging.getLogger(__name__)
+
+
+class BaseTrainer(ABC):
+    #: the objective family this trainer accepts
+    objective_family: type[Objective] = Objective
+
+    def __init__(
+        self,
+        parts: Components,
+        max_steps: int = 100,
+        eval_every: int = 0,
+        save_every: int = 0,
+    ) -> None:
+        if max_steps < 1:
+            raise ConfigError(f"trainer.max_steps: must be at least 1, got {max_steps}.")
+        self.parts = parts
+        self.cfg = parts.cfg
+        self.context = parts.context
+        self.strategy = parts.strategy
+        self.model = parts.model
+        self.tokenizer = parts.tokenizer
+        self.objective = parts.objective
+        self.optimizer = parts.optimizer
+        self.scheduler = parts.scheduler
+        self.precision = parts.precision
+        self.evaluators = parts.evaluators
+        self.callbacks = parts.callbacks
+        self.max_steps = max_steps
+        self.eval_every = eval_every
+        self.save_every = save_every
+        self.step = 0
+        self.should_stop = False
+        self.stop_reason: str | None = None
+        self.last_eval: dict[str, float] = {}
+        self.checkpointer = Checkpointer(self.context.run_dir)
+        self.bus = EventBus()
+        for cb in self.callbacks:
+            if self.context.is_main or not cb.main_process_only:
+                cb.attach(self.bus)
+
+    @classmethod
+    def from_builder(cls, parts: Components, **settings: Any) -> BaseTrainer:
+        """Check the objective's family, then construct the trainer from built components."""
+        if not isinstance(parts.objective, cls.objective_family):
+            from toolbox.core.registries import OBJECTIVES
+
+            valid = [n for n, obj in OBJECTIVES if isinstance(obj, type) and issubclass(obj, cls.objective_family)]
+            name = getattr(type(parts.objective), "_registry_name", type(parts.objective).__name__)
+            raise ConfigError(
+                f"objective: '{name}' is a {parts.objective.family} objective, but trainer "
+                f"'{getattr(cls, '_registry_name', cls.__name__)}' needs a {cls.objective_family.family} "
+                f"objective: choose one of {', '.join(valid) or '(none registered)'}."
+            )
+        return cls(parts, **settings)
+
+    # the skeleton ---------------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        resumed_from = self._prepare_run()
+        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=resumed_from)
+        while self.step < self.max_steps and not self.should_stop:
+            self.bus.emit(Event.STEP_START, self, self.step + 1)
+            metrics = self.train_step()
+            self.step += 1
+            self.bus.emit(Event.STEP_END, self, self.step, metrics)
+            if self.eval_every and self.step % self.eval_every == 0 and self.step < self.max_steps:
+                self._evaluate()
+            if self.save_every and self.step % self.save_every == 0 and self.step < self.max_steps:
+                self.save_checkpoint()
+        return self._finish()
+
+    def _prepare_run(self) -> int | None:
+        run_dir = Path(self.context.run_dir)
+        if self.context.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            from omegaconf import OmegaConf
+
+            atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
+        resumed_from = self._resume(self.cfg.get("resume_from"))
+        self.setup()
+        return resumed_from
+
+    def _finish(self) -> dict[str, float]:
+        if self.evaluators:
+            self._evaluate()
+        if self.step > 0 and self._latest_step() != self.step:
+            self.save_checkpoint()
+        self.bus.emit(
+            Event.FIT_END, self, self.step, dict(self.last_eval),
+            stopped_early=self.should_stop, stop_reason=self.stop_reason,
+        )
+        self.strategy.barrier()
+        return self.last_eval
+
+    # hooks for subclasses -------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Called once after resuming, before the first step."""
+
+    @abstractmethod
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step; return its metrics."""
+
+    def extra_state(self) -> dict[str, Any]:
+        """Subclass state to checkpoint (data position, reference models, ...)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    # evaluation -----------------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        model = self.strategy.unwrap(self.model)
+        was_training = model.training
+        model.eval()
+        with torch.random.fork_rng(devices=[]), torch.no_grad():  # eval never moves the train RNG
+            for evaluator in self.evaluators:
+                metrics.update(evaluator(self.parts))
+        model.train(was_training)
+        return metrics
+
+    def _evaluate(self) -> None:
+        self.last_eval = self.evaluate()
+        self.bus.emit(Event.EVAL_END, self, self.step, dict(self.last_eval))
+
+    # checkpoints ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "model": self.strategy.model_state_dict(self.model),
+            "optimizer": self.strategy.optimizer_state_dict(self.model, self.optimizer),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rng": rng_state(),
+            "callbacks": {
+                type(cb).__name__: cb.state_dict() for cb in self.callbacks if hasattr(cb, "state_dict")
+            },
+            "extra": self.extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = state["step"]
+        self.strategy.load_model_state_dict(self.model, state["model"])
+        self.strategy.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        for cb in self.callbacks:
+            if hasattr(cb, "load_state_dict") and type(cb).__name__ in state["callbacks"]:
+                cb.load_state_dict(state["callbacks"][type(cb).__name__])
+        self.load_extra_state(state["extra"])
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> Path | None:
+        state = self.state_dict()
+        path = self.checkpointer.save(self.step, state) if self.context.is_main else None
+        self.strategy.barrier()
+        self.bus.emit(Event.CHECKPOINT_SAVED, self, self.step, path=path)
+        return path
+
+    def _latest_step(self) -> int:
+        done = self.checkpointer.list()
+        return int(done[-1].name.split("_")[1]) if done else -1
+
+    def _resume(self, resume_from: str | None) -> int | None:
+        if not resume_from:
+            return None
+        if resume_from == "auto":
+            found = self.checkpointer.load_latest()
+            if found is None:
+                return None  # nothing saved yet: a fresh start is what "auto" means
+            path, state = found
+        else:
+            path = Path(resume_from)
+            if not path.exists():
+                raise CheckpointError(f"resume_from: {path} does not exist; use resume_from=auto or a checkpoint folder.")
+            state = self.checkpointer.load(path)
+        self.load_state_dict(state)
+        log.info("resumed from %s at step %d", path, self.step)
+        return self.step
+
+    def request_stop(self, reason: str = "") -> None:
+        """Callbacks (early stopping) ask the loop to stop after the current step."""
+        self.should_stop = True
+        self.stop_reason = reason

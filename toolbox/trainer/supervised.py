@@ -1,0 +1,115 @@
+"""The supervised trainer: gradient-accumulated objective(model, batch), clipped, scheduled."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from toolbox.core.registries import TRAINERS
+from toolbox.data.loader import BatchLoader
+from toolbox.objectives.base import SupervisedObjective
+from toolbox.trainer.base import BaseTrainer
+
+if TYPE_CHECKING:
+    from toolbox.experiment import Components
+
+
+@TRAINERS.register("supervised")
+class SupervisedTrainer(BaseTrainer):
+    """Minimises a supervised objective over shuffled batches of the training set.
+
+    The objective returns a loss summed over its items (tokens); gradients of all micro-batches of a
+    step are summed and divided by the total item count, so ``grad_accum_steps=k`` with batch ``b``
+    gives the same update as one batch of ``k*b``.
+
+    Args:
+        max_steps: optimizer steps to train for.
+        batch_size: examples per micro-batch (per process).
+        grad_accum_steps: micro-batches per optimizer step.
+        max_grad_norm: clip the global gradient norm to this (0 disables clipping).
+        eval_every: run the evaluators every this many steps (0: only at the end).
+        save_every: save a checkpoint every this many steps (0: only at the end).
+        shuffle: visit the training set in a seeded random order each epoch.
+    """
+
+    objective_family = SupervisedObjective
+
+    def __init__(
+        self,
+        parts: Components,
+        max_steps: int = 100,
+        batch_size: int = 8,
+        grad_accum_steps: int = 1,
+        max_grad_norm: float = 1.0,
+        eval_every: int = 0,
+        save_every: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
+        self.grad_accum_steps = grad_accum_steps
+        self.max_grad_norm = max_grad_norm
+        ctx = self.context
+        self.loader = BatchLoader(
+            parts.train_data, batch_size, parts.collator, seed=ctx.seed, shuffle=shuffle,
+            rank=ctx.rank, world_size=ctx.world_size,
+        )
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+
+    def train_step(self) -> dict[str, float]:
+        start = time.perf_counter()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, items, correct, tokens = 0.0, 0, 0.0, 0
+        device = self.strategy.device
+        for _ in range(self.grad_accum_steps):
+            batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in self.loader.next_batch().items()}
+            with self.precision.autocast():
+                out = self.objective(self.model, batch)
+            loss = out.loss_sum
+            if self.precision.scaler is not None:
+                loss = self.precision.scaler.scale(loss)
+            loss.backward()
+            loss_total += out.loss_sum.item()
+            items += out.num_items
+            correct += out.metrics.get("correct", 0.0)
+            tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else out.num_items
+        # normalise the summed gradient by the global item count (all micro-batches, all ranks)
+        global_items = self.strategy.all_reduce_sum(float(items))
+        scale = self.context.world_size / max(global_items, 1.0)  # DDP averages over ranks
+        for p in self._params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        if self.precision.scaler is not None:
+            self.precision.scaler.unscale_(self.optimizer)
+        grad_norm = self._clip()
+        if self.precision.scaler is not None:
+            self.precision.scaler.step(self.optimizer)
+            self.precision.scaler.update()
+        else:
+            self.optimizer.step()
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return {
+            "loss": loss_total / max(items, 1),
+            "token_accuracy": correct / max(items, 1),
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "num_tokens": tokens,
+            "epoch": self.loader.epoch,
+            "step_time": time.perf_counter() - start,
+        }
+
+    def _clip(self) -> float:
+        if self.max_grad_norm and self.max_grad_norm > 0:
+            return float(torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
+        norms = [p.grad.detach().norm() for p in self._params if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"loader": self.loader.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
