@@ -52,11 +52,13 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from toolbox.core.registries import LAUNCHERS
-    from toolbox.experiment import validate_config
+    from toolbox.experiment import use_prepared_data, validate_config
 
     cfg = _config(args)
     if args.out:
         cfg.run_dir = str(args.out)
+    if args.data:
+        use_prepared_data(cfg, args.data)
     validate_config(cfg)
     launcher = LAUNCHERS.build(cfg.launcher, "launcher")
     metrics = launcher.launch(cfg)
@@ -65,11 +67,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from toolbox.data.prepared import write_prepared
+    from toolbox.experiment import ExperimentBuilder
+
+    cfg = _config(args)
+    splits, tokenizer = ExperimentBuilder.from_config(cfg).build_data()
+    out = write_prepared(Path(args.out), splits, tokenizer)
+    print(json.dumps({"out": str(out), "train": len(splits.train), "test": len(splits.test)}))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import atomic_write_text
-    from toolbox.eval.run import evaluate_run
+    from toolbox.core.errors import ConfigError
+    from toolbox.eval.run import evaluate_model
+    from toolbox.experiment import use_prepared_data
 
-    metrics = evaluate_run(Path(args.run), args.overrides, model_dir=args.model)
+    if args.run:
+        run = Path(args.run)
+        if not (run / "config.yaml").is_file():
+            raise ConfigError(f"--run: {run / 'config.yaml'} does not exist; is {run} a trained run?")
+        args.config = args.config or str(run / "config.yaml")
+    if not args.config:
+        raise ConfigError("toolbox eval needs --run DIR (a trained run) or --config FILE with --model DIR.")
+    cfg = _config(args)
+    if args.data:
+        use_prepared_data(cfg, args.data)
+    model = Path(args.model) if args.model else Path(args.run) / "model" if args.run else None
+    if model is None:
+        raise ConfigError("--model: which model folder to evaluate? (with --run it defaults to <run>/model)")
+    metrics = evaluate_model(cfg, model)
     text = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
     if args.out:
         atomic_write_text(Path(args.out), text)
@@ -98,8 +126,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     args.overrides = ["experiment=demo", *args.overrides]
-    args.out = None
-    args.config = None
+    args.out = args.config = args.data = None
     code = cmd_train(args)
     from toolbox.experiment import load_config
 
@@ -125,14 +152,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="build everything from config and train")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.add_argument("--config", help="a composed config.yaml (from `toolbox compose --out`)")
+    p.add_argument("--data", help="the output folder of `toolbox data` (else the data are built in process)")
     p.add_argument("--out", help="run directory (overrides run_dir)")
     p.set_defaults(fn=cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a trained run's model; writes eval.json")
-    p.add_argument("--run", required=True, help="the run directory (holds config.yaml and model/)")
+    p = sub.add_parser("data", help="build the data set and tokenizer once; later stages read them")
+    p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    p.add_argument("--config", help="a composed config.yaml (from `toolbox compose --out`)")
+    p.add_argument("--out", required=True, help="folder to write train.jsonl, test.jsonl, facts.json, tokenizer/")
+    p.set_defaults(fn=cmd_data)
+
+    p = sub.add_parser("eval", help="evaluate a trained model; writes eval.json")
+    p.add_argument("overrides", nargs="*", help="key=value overrides (eval.exact_match.max_examples=100)")
+    p.add_argument("--run", help="a trained run directory (its config.yaml and model/)")
+    p.add_argument("--config", help="a composed config.yaml (default: <run>/config.yaml)")
+    p.add_argument("--data", help="the output folder of `toolbox data` to evaluate on")
     p.add_argument("--model", help="model folder to evaluate (default: <run>/model)")
     p.add_argument("--out", help="write the metrics JSON here")
-    p.add_argument("overrides", nargs="*", help="overrides of the run's config (eval.exact_match.max_examples=100)")
     p.set_defaults(fn=cmd_eval)
 
     p = sub.add_parser("catalog", help="list every registered component with its fields, as Markdown")

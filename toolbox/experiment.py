@@ -187,12 +187,29 @@ class ExperimentBuilder:
         validate_config(cfg)
         return cls(cfg)
 
+    def build_data(self) -> tuple[Any, Any]:
+        """The raw splits and the tokenizer (trained on the training split when it needs to be)."""
+        from toolbox.core.registries import SOURCES, TOKENIZERS
+
+        splits = SOURCES.build(self.cfg.data.source, "data.source")
+        tokenizer = TOKENIZERS.build(self.cfg.tokenizer, "tokenizer", corpus=splits.texts())
+        return splits, tokenizer
+
     def build(self, with_trainer: bool = True) -> Components:
         from toolbox.core.context import RunContext
         from toolbox.core.device import seed_everything, set_determinism
         from toolbox.core.registries import (
-            CALLBACKS, COLLATORS, DATASETS, EVALUATORS, MODELS, OBJECTIVES, OPTIMIZERS, PRECISIONS,
-            SCHEDULERS, SOURCES, STRATEGIES, TOKENIZERS, TRAINERS,
+            CALLBACKS,
+            COLLATORS,
+            DATASETS,
+            EVALUATORS,
+            MODELS,
+            OBJECTIVES,
+            OPTIMIZERS,
+            PRECISIONS,
+            SCHEDULERS,
+            STRATEGIES,
+            TRAINERS,
         )
 
         cfg = self.cfg
@@ -202,8 +219,7 @@ class ExperimentBuilder:
         strategy = STRATEGIES.build(cfg.strategy, "strategy", context=ctx)
         strategy.setup()
 
-        splits = SOURCES.build(cfg.data.source, "data.source")
-        tokenizer = TOKENIZERS.build(cfg.tokenizer, "tokenizer", corpus=splits.texts())
+        splits, tokenizer = self.build_data()
         factory = DATASETS.build(cfg.data.dataset, "data.dataset", tokenizer=tokenizer)
         train_data, eval_data = factory(splits.train), factory(splits.test)
         collator = COLLATORS.build(cfg.data.collator, "data.collator", tokenizer=tokenizer)
@@ -248,6 +264,13 @@ def _tokenizer_facts(tokenizer: Any) -> dict[str, Any]:
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
+
+
+def use_prepared_data(cfg: DictConfig, data_dir: str | Path) -> DictConfig:
+    """Point a config at the output of ``toolbox data`` (records + tokenizer) instead of building them."""
+    cfg.data.source = {"name": "prepared", "path": str(data_dir)}
+    cfg.tokenizer = {"name": "pretrained", "path": str(Path(data_dir) / "tokenizer")}
+    return cfg
 
 
 def run_experiment(cfg: DictConfig) -> dict[str, float]:

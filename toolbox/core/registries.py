@@ -12,7 +12,7 @@ from toolbox.core.registry import Registry
 MODELS = Registry("model", modules=("toolbox.nn.models",))
 LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
 TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
-SOURCES = Registry("source", modules=("toolbox.data.sources",))
+SOURCES = Registry("source", modules=("toolbox.data.sources", "toolbox.data.prepared"))
 DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))
 COLLATORS = Registry("collator", modules=("toolbox.data.collators",))
 OBJECTIVES = Registry("objective", modules=("toolbox.objectives.supervised",))

@@ -1,27 +1,23 @@
-"""``toolbox eval``: evaluate a trained run's exported model on its held-out split."""
+"""``toolbox eval``: evaluate a trained model on the held-out split its config describes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig
 
 from toolbox.core.errors import ConfigError
 
 
-def evaluate_run(run_dir: Path, overrides: Sequence[str] = (), model_dir: Path | None = None) -> dict[str, float]:
-    """Rebuild the run's data and evaluators from its config.yaml and score ``model_dir``."""
+def evaluate_model(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
+    """Rebuild the data and evaluators of ``cfg`` and score the model saved in ``model_dir``."""
     from toolbox.experiment import ExperimentBuilder
 
-    config = run_dir / "config.yaml"
-    if not config.is_file():
-        raise ConfigError(f"--run: {config} does not exist; is {run_dir} a finished run (toolbox train --out ...)?")
-    model_dir = Path(model_dir or run_dir / "model")
+    model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise ConfigError(f"--model: {model_dir} holds no saved model (config.json); train the run first.")
-    cfg = OmegaConf.merge(OmegaConf.load(config), OmegaConf.from_dotlist(list(overrides)))
+    cfg = cfg.copy()
     cfg.model = {"name": "pretrained", "path": str(model_dir)}
     cfg.tokenizer = {"name": "pretrained", "path": str(model_dir)}
     cfg.callbacks = {}
@@ -32,4 +28,4 @@ def evaluate_run(run_dir: Path, overrides: Sequence[str] = (), model_dir: Path |
     with torch.no_grad():
         for evaluator in parts.evaluators:
             metrics.update(evaluator(parts))
-    return metrics
+    return dict(sorted(metrics.items()))

@@ -1,0 +1,31 @@
+# The two set-up commands of the README:
+#   make demo   - create .venv from the lock file, then train + evaluate the embedded demo
+#   make test   - create .venv from the lock file, then run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?= -n 2
+
+.PHONY: install demo test test-slow lint catalog
+install: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+demo: install
+	$(VENV)/bin/toolbox demo
+
+test: install
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-slow: install
+	$(VENV)/bin/pytest -m slow $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+catalog: install
+	$(VENV)/bin/toolbox catalog --out docs/catalog.md

@@ -1,0 +1,109 @@
+import textwrap
+
+import pytest
+
+from toolbox.core.errors import ConfigError, UnknownComponentError
+from toolbox.core.registry import Registry
+
+
+@pytest.fixture
+def reg():
+    r = Registry("widget_test")
+    yield r
+    Registry._all.pop("widget_test", None)
+
+
+def test_register_and_build_with_injection(reg):
+    @reg.register("square")
+    def square(size: int, color: str = "red", *, vocab_size: int = 0):
+        """A square.
+
+        Args:
+            size: side length.
+            color: fill colour.
+        """
+        return (size, color, vocab_size)
+
+    # vocab_size is accepted, num_classes is not: only accepted injections are passed
+    assert reg.build({"name": "square", "size": 3}, vocab_size=7, num_classes=2) == (3, "red", 7)
+    fields = {f.name: f for f in reg.fields("square")}
+    assert fields["size"].required and fields["size"].doc == "side length."
+    assert fields["color"].default == "red" and fields["color"].doc == "fill colour."
+
+
+def test_unknown_name_lists_names_and_suggests(reg):
+    reg.add("circle", lambda: None)
+    reg.add("square", lambda: None)
+    with pytest.raises(UnknownComponentError) as e:
+        reg.build({"name": "sqare"}, path="model")
+    msg = str(e.value)
+    assert "model.name: unknown widget_test 'sqare'" in msg
+    assert "Did you mean 'square'?" in msg
+    assert "circle, square" in msg
+
+
+def test_misspelt_key_names_path_and_valid_keys(reg):
+    @reg.register("box")
+    def box(width: int = 1, height: int = 1):
+        return width * height
+
+    with pytest.raises(ConfigError) as e:
+        reg.build({"name": "box", "widht": 3}, path="model")
+    assert str(e.value).startswith("model.widht: unknown key for widget_test 'box'. Did you mean 'width'?")
+    assert "Valid keys: width, height" in str(e.value)
+
+
+def test_wrong_type_names_path(reg):
+    @reg.register("box")
+    def box(width: int = 1):
+        return width
+
+    with pytest.raises(ConfigError, match=r"model.width: expected int, got 'wide'"):
+        reg.build({"name": "box", "width": "wide"}, path="model")
+    assert reg.build({"name": "box", "width": 4}) == 4
+
+
+def test_missing_required_field(reg):
+    @reg.register("box")
+    def box(width: int):
+        return width
+
+    with pytest.raises(ConfigError, match=r"model: widget_test 'box' needs width; set model.width=\.\.\."):
+        reg.build({"name": "box"}, path="model")
+
+
+def test_injected_key_cannot_be_set_in_config(reg):
+    @reg.register("head")
+    def head(vocab_size: int, dim: int = 4):
+        return vocab_size
+
+    with pytest.raises(ConfigError, match="'vocab_size' is set by the builder"):
+        reg.build({"name": "head", "vocab_size": 3}, path="model", vocab_size=5)
+
+
+def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
+    """A third-party package registers a component through the entry-point group toolbox.<kind>."""
+    (tmp_path / "my_plugin.py").write_text("def make(scale: float = 1.0):\n    return ('plugin', scale)\n")
+    dist = tmp_path / "my_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(textwrap.dedent("""
+        [toolbox.gadget_test]
+        fancy = my_plugin:make
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("gadget_test")
+    try:
+        assert "fancy" in reg.names()
+        assert reg.build({"name": "fancy", "scale": 2}) == ("plugin", 2.0)
+    finally:
+        Registry._all.pop("gadget_test", None)
+
+
+def test_built_in_registries_are_populated():
+    from toolbox.core.registries import OBJECTIVES, OPTIMIZERS, SCHEDULERS, TRAINERS
+
+    assert {"causal_lm", "classification"} <= set(OBJECTIVES.names())
+    assert {"adamw", "sgd"} <= set(OPTIMIZERS.names())
+    assert {"constant", "linear", "cosine"} <= set(SCHEDULERS.names())
+    assert "supervised" in TRAINERS.names()

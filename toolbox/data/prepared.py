@@ -1,0 +1,75 @@
+"""The data stage's output: records, data facts and the tokenizer, written once, read by later stages.
+
+``toolbox data --out DIR`` writes::
+
+    DIR/train.jsonl  DIR/test.jsonl  DIR/facts.json  DIR/tokenizer/
+
+atomically (a temp folder renamed into place), and the train and eval stages read it back through
+the ``prepared`` source and the ``pretrained`` tokenizer, so every stage sees exactly the same data
+and vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from toolbox.core.atomic import fsync_dir
+from toolbox.core.errors import DataError
+from toolbox.core.registries import SOURCES
+from toolbox.data.base import Splits
+
+
+def _write_jsonl(path: Path, records: Any) -> None:
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_prepared(out: Path, splits: Splits, tokenizer: Any) -> Path:
+    out = Path(out)
+    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _write_jsonl(tmp / "train.jsonl", splits.train)
+    _write_jsonl(tmp / "test.jsonl", splits.test)
+    (tmp / "facts.json").write_text(json.dumps(splits.facts, sort_keys=True, indent=2) + "\n")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp / "tokenizer")
+    fsync_dir(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    records = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{n}: not valid JSON ({e.msg}).") from None
+    return records
+
+
+@SOURCES.register("prepared")
+def prepared(path: str) -> Splits:
+    """The output folder of ``toolbox data`` (train.jsonl, test.jsonl, facts.json).
+
+    Args:
+        path: the folder ``toolbox data --out`` wrote.
+    """
+    root = Path(path)
+    missing = [n for n in ("train.jsonl", "test.jsonl", "facts.json") if not (root / n).is_file()]
+    if missing:
+        raise DataError(f"data.source.path: {root} lacks {', '.join(missing)}; run `toolbox data --out {root}` first.")
+    facts = json.loads((root / "facts.json").read_text())
+    return Splits(_read_jsonl(root / "train.jsonl"), _read_jsonl(root / "test.jsonl"), facts)

@@ -1,0 +1,1 @@
+"""Trainers: the BaseTrainer skeleton, supervised/preference/grpo trainers, callbacks, checkpoints."""
