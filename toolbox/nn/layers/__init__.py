@@ -1,0 +1,15 @@
+"""Layers registered in ``LAYERS`` by role, each role in a module of its own.
+
+Importing this package registers every built-in layer; the ``LAYERS`` registry does so on its first
+lookup. Names read ``<role>/<kind>``:
+
+- ``activation/relu``, ``activation/gelu``, ``activation/silu``, ``activation/tanh``
+- ``norm/layernorm``, ``norm/rmsnorm`` (injected: ``dim``)
+- ``mlp/dense`` (injected: ``in_dim``, ``out_dim``)
+- ``feedforward/gelu``, ``feedforward/swiglu`` (injected: ``dim``)
+- ``attention/mha`` (injected: ``dim``, ``num_heads``)
+"""
+
+from toolbox.nn.layers import activation, attention, feedforward, mlp, norm
+
+__all__ = ["activation", "attention", "feedforward", "mlp", "norm"]

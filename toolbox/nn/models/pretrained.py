@@ -1,0 +1,44 @@
+"""``pretrained``: load a saved causal language model with ``AutoModelForCausalLM``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from torch import nn
+
+from toolbox.core.errors import ConfigError
+from toolbox.core.registries import MODELS
+
+
+@MODELS.register("pretrained")
+def pretrained(path: str, dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32") -> nn.Module:
+    """A causal LM loaded by ``transformers.AutoModelForCausalLM.from_pretrained``.
+
+    Loads from a local directory written by ``save_pretrained`` (for example a run's
+    ``results/<run>/model``) or, with network access, from a Hugging Face Hub id.
+
+    Args:
+        path: a local directory holding ``config.json`` and the weights, or a hub model id.
+        dtype: dtype of the loaded weights; ``auto`` keeps the dtype they were saved in.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except (OSError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if Path(path).expanduser().is_dir():
+            raise ConfigError(
+                f"model.path={path!r}: could not load a causal language model from this directory "
+                f"({reason}). It should hold config.json and the weights, as written by "
+                f"save_pretrained."
+            ) from e
+        raise ConfigError(
+            f"model.path={path!r} is not a local directory, and loading it from the Hugging Face Hub "
+            f"failed ({reason}). Without network access (or with HF_HUB_OFFLINE=1) point model.path "
+            f"at a local directory holding a saved model (config.json and weights, as written by "
+            f"save_pretrained)."
+        ) from e

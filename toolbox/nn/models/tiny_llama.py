@@ -1,0 +1,100 @@
+"""``tiny_llama``: a small Hugging Face Llama with random weights, for training from scratch here."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from toolbox.core.errors import ConfigError
+from toolbox.core.registries import MODELS
+
+MIN_HEAD_SIZE = 32
+"""vLLM's CPU attention refuses heads smaller than this, and we serve tiny models with vLLM."""
+
+
+@MODELS.register("tiny_llama")
+def tiny_llama(
+    vocab_size: int,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int | None = None,
+    intermediate_size: int = 256,
+    max_position_embeddings: int = 256,
+    tie_word_embeddings: bool = True,
+    rope_theta: float = 10000.0,
+    dropout: float = 0.0,
+    pad_token_id: int | None = None,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+) -> nn.Module:
+    """A ``transformers.LlamaForCausalLM`` with random weights drawn from torch's current seed.
+
+    It saves with ``save_pretrained`` and reloads with ``AutoModelForCausalLM``, so the HF, vLLM and
+    torch engines all serve it. The head size ``hidden_size / num_heads`` must be at least 32.
+
+    Args:
+        vocab_size: number of token ids; injected from the tokenizer.
+        hidden_size: model width.
+        num_layers: number of decoder layers.
+        num_heads: number of attention (query) heads; ``hidden_size / num_heads`` must be >= 32.
+        num_kv_heads: number of key/value heads for grouped-query attention; must divide
+            ``num_heads``. ``None`` for ``num_heads`` (plain multi-head attention).
+        intermediate_size: inner width of the SwiGLU feed-forward.
+        max_position_embeddings: longest sequence the model is configured for.
+        tie_word_embeddings: share the input embedding matrix with the output projection.
+        rope_theta: base of the rotary position embedding frequencies.
+        dropout: dropout probability on the attention weights while training.
+        pad_token_id: id of the padding token; injected from the tokenizer.
+        bos_token_id: id of the beginning-of-sequence token; injected from the tokenizer.
+        eos_token_id: id of the end-of-sequence token; injected from the tokenizer.
+    """
+    _check_heads(hidden_size, num_heads, num_kv_heads)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads or num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+        attention_dropout=dropout,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _check_heads(hidden_size: int, num_heads: int, num_kv_heads: int | None) -> None:
+    """Fail with the fix when the head layout is impossible or too small for vLLM."""
+    if num_heads < 1 or hidden_size % num_heads:
+        raise ConfigError(
+            f"model.num_heads={num_heads} does not divide model.hidden_size={hidden_size}; "
+            f"{_suggest(hidden_size, num_heads)}."
+        )
+    head_size = hidden_size // num_heads
+    if head_size < MIN_HEAD_SIZE:
+        raise ConfigError(
+            f"model.num_heads={num_heads} with model.hidden_size={hidden_size} gives attention heads "
+            f"of size {head_size}, but vLLM's CPU attention needs a head size >= {MIN_HEAD_SIZE}; "
+            f"{_suggest(hidden_size, num_heads)}."
+        )
+    if num_kv_heads is not None and (num_kv_heads < 1 or num_heads % num_kv_heads):
+        divisors = [d for d in range(1, num_heads + 1) if num_heads % d == 0]
+        raise ConfigError(
+            f"model.num_kv_heads={num_kv_heads} must divide model.num_heads={num_heads}; "
+            f"use one of {divisors}."
+        )
+
+
+def _suggest(hidden_size: int, num_heads: int) -> str:
+    """A valid choice: the most heads that fit ``hidden_size``, or the width ``num_heads`` needs."""
+    width = f"model.hidden_size={MIN_HEAD_SIZE * max(num_heads, 1)}"
+    fits = [h for h in range(1, hidden_size // MIN_HEAD_SIZE + 1) if hidden_size % h == 0]
+    if fits:
+        return f"set model.num_heads={fits[-1]} (or {width})"
+    return f"set {width}"
