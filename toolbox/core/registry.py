@@ -180,8 +180,16 @@ def _hints(obj: Callable[..., Any]) -> dict[str, Any]:
     target = obj.__init__ if inspect.isclass(obj) else obj
     try:
         return typing.get_type_hints(target)
-    except Exception:  # unresolved forward references: fall back to no type checking
-        return {}
+    except Exception:  # one unresolvable forward reference (a TYPE_CHECKING import): resolve one by one
+        pass
+    namespace = dict(getattr(inspect.unwrap(target), "__globals__", {}))
+    hints = {}
+    for name, annotation in getattr(target, "__annotations__", {}).items():
+        try:
+            hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation
+        except Exception:
+            continue
+    return hints
 
 
 def _accepted(obj: Callable[..., Any], injected: Mapping[str, Any]) -> dict[str, Any]:

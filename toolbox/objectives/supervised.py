@@ -32,11 +32,16 @@ class CausalLMLoss(SupervisedObjective):
     def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
         inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
         logits = model(**inputs).logits
-        mask = batch["completion_mask"] if self.completion_only else batch["attention_mask"]
+        attention = batch.get("attention_mask")
+        padding = attention if attention is not None and attention.dim() == 2 else None  # 4-D: packed rows
+        if self.completion_only:
+            mask = batch["completion_mask"]
+        else:
+            mask = padding if padding is not None else torch.ones_like(batch["input_ids"])
         labels = batch["input_ids"][:, 1:]
         scored = mask[:, 1:].bool()
-        if "attention_mask" in batch and batch["attention_mask"].dim() == 2:
-            scored = scored & batch["attention_mask"][:, 1:].bool()
+        if padding is not None:
+            scored = scored & padding[:, 1:].bool()
         logits = logits[:, :-1][scored]
         targets = labels[scored]
         loss_sum = F.cross_entropy(

@@ -74,7 +74,7 @@ class SupervisedTrainer(BaseTrainer):
             loss_total += out.loss_sum.item()
             items += out.num_items
             correct += out.metrics.get("correct", 0.0)
-            tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else out.num_items
+            tokens += _num_tokens(batch, out.num_items)
         # normalise the summed gradient by the global item count (all micro-batches, all ranks)
         global_items = self.strategy.all_reduce_sum(float(items))
         scale = self.context.world_size / max(global_items, 1.0)  # DDP averages over ranks
@@ -113,3 +113,11 @@ class SupervisedTrainer(BaseTrainer):
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["loader"])
+
+
+def _num_tokens(batch: dict[str, Any], default: int) -> int:
+    """Input tokens of a batch: non-padding ones from a 2-D mask; every position of packed rows."""
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return default
+    return int(mask.sum()) if mask.dim() == 2 else int(batch["input_ids"].numel())

@@ -1,0 +1,88 @@
+"""Composing and validating configs: every mistake names the key path and the fix."""
+
+import pytest
+
+from toolbox.core.errors import ConfigError, UnknownComponentError
+from toolbox.experiment import ExperimentBuilder, load_config, validate_config
+
+
+def test_experiment_overrides_groups_and_cli_overrides_experiment():
+    cfg = load_config(["experiment=sft_arith", "trainer.max_steps=7"])
+    assert cfg.run_name == "sft_arith"
+    assert cfg.run_dir == "results/sft_arith"
+    assert cfg.trainer.max_steps == 7  # the command line wins over the experiment file
+    assert cfg.model.hidden_size == 128  # from the experiment file
+    assert set(cfg.eval) == {"perplexity", "exact_match"}  # the experiment overrode the eval group
+    validate_config(cfg)
+
+
+def test_composition_is_deterministic_and_machine_independent():
+    from omegaconf import OmegaConf
+
+    a = OmegaConf.to_yaml(load_config(["experiment=demo"]), resolve=True)
+    b = OmegaConf.to_yaml(load_config(["experiment=demo"]), resolve=True)
+    assert a == b
+    assert "/work/" not in a and "/tmp" not in a
+
+
+def test_misspelt_key_on_the_command_line():
+    with pytest.raises(ConfigError, match="max_stepz"):
+        load_config(["trainer.max_stepz=5"])
+    cfg = load_config(["+trainer.max_stepz=5"])
+    with pytest.raises(ConfigError) as e:
+        validate_config(cfg)
+    assert "trainer.max_stepz: unknown key for trainer 'supervised'. Did you mean 'max_steps'?" in str(e.value)
+    assert "Valid keys:" in str(e.value) and "batch_size" in str(e.value)
+
+
+def test_misspelt_nested_component_key():
+    cfg = load_config(["+optimizer.weight_decy=0.1"])
+    with pytest.raises(ConfigError, match=r"optimizer.weight_decy: unknown key for optimizer 'adamw'. Did you mean 'weight_decay'\?"):
+        validate_config(cfg)
+
+
+def test_wrong_type_names_the_key():
+    cfg = load_config(["trainer.max_steps=lots"])
+    with pytest.raises(ConfigError, match=r"trainer.max_steps: expected int, got 'lots'"):
+        validate_config(cfg)
+
+
+def test_unknown_top_level_key():
+    cfg = load_config(["+seeed=3"])
+    with pytest.raises(ConfigError, match=r"seeed: unknown top-level key. Did you mean 'seed'\?"):
+        validate_config(cfg)
+
+
+def test_unknown_group_option_lists_options():
+    with pytest.raises(ConfigError) as e:
+        load_config(["optimizer=adamm"])
+    assert "adamw" in str(e.value) and "sgd" in str(e.value)
+
+
+def test_unknown_component_name_lists_names_and_suggests():
+    cfg = load_config(["optimizer.name=adamv"])
+    with pytest.raises(UnknownComponentError) as e:
+        validate_config(cfg)
+    assert "optimizer.name: unknown optimizer 'adamv'. Did you mean 'adamw'?" in str(e.value)
+    assert "sgd" in str(e.value)
+
+
+def test_objective_of_the_wrong_family_fails_fast(tiny_overrides):
+    from toolbox.core.registries import OBJECTIVES
+    from toolbox.objectives.base import PreferenceObjective
+
+    class FakeDPO(PreferenceObjective):
+        """A preference objective, for this test only."""
+
+    OBJECTIVES.add("fake_dpo_for_test", FakeDPO)
+    try:
+        cfg = load_config([*tiny_overrides, "objective.name=fake_dpo_for_test", "~objective.completion_only",
+                           "~objective.label_smoothing"])
+        with pytest.raises(ConfigError) as e:
+            ExperimentBuilder.from_config(cfg).build()
+        msg = str(e.value)
+        assert "'fake_dpo_for_test' is a preference objective" in msg
+        assert "trainer 'supervised' needs a supervised objective" in msg
+        assert "causal_lm" in msg
+    finally:
+        OBJECTIVES._entries.pop("fake_dpo_for_test")

@@ -1,0 +1,113 @@
+"""Conversations rendered with the tokenizer's chat template, scored on the assistant's turns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from toolbox.core.errors import DataError
+from toolbox.core.registries import DATASETS
+from toolbox.data.base import Example, Record
+from toolbox.data.datasets.tokenized import TokenizedFactory
+
+ASSISTANT = "assistant"
+
+
+@DATASETS.register("chat")
+class Chat(TokenizedFactory):
+    """A list of {role, content} messages through ``apply_chat_template``; assistant turns scored.
+
+    The conversation is rendered one turn at a time and each new piece of text is tokenized on its
+    own, as at generation time: the text the template adds for an assistant turn beyond its
+    generation prompt (the reply and its end-of-turn marker, eos for the tokenizers trained here)
+    gets ``completion_mask`` 1, everything else 0. ``prompt_ids`` is the conversation up to the
+    last assistant reply (with the generation prompt). Conversations longer than ``max_length``
+    are skipped, with one warning per call counting them.
+
+    Args:
+        tokenizer: the run's tokenizer (injected); it needs a chat template.
+        max_length: the most tokens of a rendered conversation.
+        field: the record field holding the list of messages.
+    """
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, max_length: int = 512, field: str = "messages"
+    ) -> None:
+        super().__init__(tokenizer, max_length)
+        if not tokenizer.chat_template:
+            raise DataError(
+                "dataset 'chat' needs a tokenizer with a chat template; the char, bpe and pretrained "
+                "tokenizers of toolbox provide one."
+            )
+        self.field = field
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def __call__(self, records: Sequence[Record]) -> list[Example]:
+        self.start()
+        examples = []
+        for i, record in enumerate(records):
+            ids, mask, prompt_length = self.tokenize(self.messages(record, i), i)
+            if len(ids) > self.max_length:
+                self.num_skipped += 1
+                continue
+            examples.append(
+                {
+                    **self.raw(record),
+                    "input_ids": ids,
+                    "completion_mask": mask,
+                    "prompt_ids": ids[:prompt_length],
+                }
+            )
+        self.report(len(records), "conversation")
+        return examples
+
+    def tokenize(self, messages: list[dict[str, Any]], index: int) -> tuple[list[int], list[int], int]:
+        """(ids, completion mask, length of the prompt before the last assistant reply, or of all)."""
+        ids: list[int] = []
+        mask: list[int] = []
+        done = ""
+        prompt_length = 0
+
+        def extend(text: str, scored: int) -> str:
+            if not text.startswith(done):
+                raise DataError(
+                    f"record {index}: the tokenizer's chat template renders a conversation differently "
+                    "from its first turns (a prefix changes as turns are added), so assistant turns "
+                    "cannot be located; use a template that only appends text per turn."
+                )
+            new = self.encode(text[len(done) :])
+            ids.extend(new)
+            mask.extend([scored] * len(new))
+            return text
+
+        for k, message in enumerate(messages):
+            if message["role"] == ASSISTANT:
+                done = extend(self.render(messages[:k], add_generation_prompt=True), 0)
+                prompt_length = len(ids)
+                done = extend(self.render(messages[: k + 1]), 1)
+        extend(self.render(messages), 0)
+        return ids, mask, prompt_length or len(ids)
+
+    def messages(self, record: Record, index: int) -> list[dict[str, Any]]:
+        messages = record.get(self.field)
+        ok = (
+            isinstance(messages, list)
+            and messages
+            and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
+        )
+        if not ok:
+            raise DataError(
+                f"record {index}: field '{self.field}' must be a non-empty list of "
+                f"{{'role': str, 'content': str}} messages (its keys: {', '.join(map(str, record))}); "
+                "set data.dataset.field to the field holding them."
+            )
+        return messages

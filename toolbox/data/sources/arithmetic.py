@@ -1,0 +1,67 @@
+"""Generated arithmetic problems: ``12+34=`` → ``46``, with disjoint train and test splits."""
+
+from __future__ import annotations
+
+import operator
+import random
+from collections.abc import Callable, Sequence
+
+from toolbox.core.errors import ConfigError
+from toolbox.core.registries import SOURCES
+from toolbox.data.base import Record, Splits
+
+OPERATORS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+@SOURCES.register("arithmetic")
+def arithmetic(
+    digits: int = 2,
+    operators: Sequence[str] = ("+",),
+    num_train: int = 9000,
+    num_test: int = 500,
+    seed: int = 0,
+) -> Splits:
+    """Problems ``a<op>b=`` with their result, as records {prompt, completion, answer}.
+
+    Operands run from 0 to 10**digits - 1; a subtraction may have a negative result. Problems are
+    drawn without replacement from every (operator, a, b), so no prompt is in both splits, and the
+    draw depends only on the settings. Asking for more problems than exist is a ConfigError.
+
+    Args:
+        digits: the most digits an operand has (operands are 0 .. 10**digits - 1).
+        operators: the operators to draw from, among "+", "-" and "*".
+        num_train: training problems.
+        num_test: held-out problems, none of which is a training problem.
+        seed: seed of the draw.
+    """
+    if digits < 1:
+        raise ConfigError(f"data.source.digits: {digits}; set it to 1 or more.")
+    ops = list(dict.fromkeys(operators))
+    unknown = [op for op in ops if op not in OPERATORS]
+    if unknown or not ops:
+        raise ConfigError(
+            f"data.source.operators: {list(operators)} has no valid operators {unknown or ''}; "
+            f"choose among {list(OPERATORS)}."
+        )
+    if num_train < 1 or num_test < 0:
+        raise ConfigError(
+            f"data.source: num_train={num_train}, num_test={num_test}; need num_train >= 1 and num_test >= 0."
+        )
+    size = 10**digits
+    total = len(ops) * size * size
+    if num_train + num_test > total:
+        raise ConfigError(
+            f"data.source: {num_train} train + {num_test} test problems asked, but {digits}-digit operands "
+            f"with operators {ops} give only {total} distinct problems; lower data.source.num_train, or "
+            "raise data.source.digits or add operators."
+        )
+    drawn = random.Random(seed).sample(range(total), num_train + num_test)
+    records = [_problem(index, ops, size) for index in drawn]
+    return Splits(train=records[num_test:], test=records[:num_test])
+
+
+def _problem(index: int, ops: list[str], size: int) -> Record:
+    op = ops[index // (size * size)]
+    a, b = divmod(index % (size * size), size)
+    result = str(OPERATORS[op](a, b))
+    return {"prompt": f"{a}{op}{b}=", "completion": result, "answer": result}
