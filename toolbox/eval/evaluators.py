@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from toolbox.core.registries import EVALUATORS
-from toolbox.data.loader import BatchLoader
 
 if TYPE_CHECKING:
     from toolbox.experiment import Components

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from toolbox.core.atomic import atomic_write_text
 from toolbox.core.device import rng_state, set_rng_state
 from toolbox.core.errors import CheckpointError, ConfigError
 from toolbox.core.events import Event, EventBus
 from toolbox.objectives.base import Objective
-from toolbox.core.atomic import atomic_write_text
 from toolbox.trainer.checkpoint import Checkpointer
 
 if TYPE_CHECKING:

@@ -6,10 +6,10 @@ import os
 import shutil
 from pathlib import Path
 
+from toolbox.core.atomic import fsync_dir
 from toolbox.core.events import EventData
 from toolbox.core.registries import CALLBACKS
 from toolbox.trainer.callbacks.base import Callback
-from toolbox.core.atomic import fsync_dir
 
 
 def export_pretrained(model, tokenizer, out: Path) -> Path:
