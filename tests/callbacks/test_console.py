@@ -1,0 +1,55 @@
+import io
+
+from rich.console import Console
+
+from toolbox.trainer.callbacks.console import ConsoleCallback
+from toolbox.trainer.callbacks.throughput import Throughput
+
+
+def run(drive, trainer, terminal: bool, log_every: int = 3):
+    buf = io.StringIO()
+    cb = ConsoleCallback(log_every=log_every)
+    cb.console = Console(file=buf, force_terminal=terminal, width=120)
+    d = drive(Throughput(), cb)
+    d.fit_start()
+    for s in range(1, trainer.max_steps + 1):
+        d.step(loss=2.0 / s, lr=3e-4, num_tokens=256)
+        if s == 5:
+            d.eval(**{"eval/loss": 0.75, "eval/accuracy": 0.5})
+    d.fit_end(stopped_early=True, stop_reason="early stopping: eval/loss did not improve")
+    return buf.getvalue()
+
+
+def test_plain_lines_when_not_a_terminal(trainer, drive):
+    out = run(drive, trainer, terminal=False)
+    lines = out.splitlines()
+    step_lines = [line for line in lines if line.startswith("step ")]
+    # every 3 steps, plus the last step
+    assert [line.split()[1] for line in step_lines] == ["3/10", "6/10", "9/10", "10/10"]
+    assert "loss 0.6667" in step_lines[0] and "lr 0.0003" in step_lines[0]
+    assert "tok/s" in step_lines[0] and "eta" in step_lines[0]
+    assert "eval @ step 5: eval/loss 0.75 | eval/accuracy 0.5" in out
+    assert "stopped early (early stopping: eval/loss did not improve)" in out
+    assert f"run dir: {trainer.context.run_dir}" in out
+    assert "\x1b[" not in out  # no escape codes in logs
+
+
+def test_live_bar_in_a_terminal(trainer, drive):
+    out = run(drive, trainer, terminal=True)
+    assert "train" in out and "10/10" in out  # the bar's final state
+    assert "eval @ step 5" in out
+    assert "run dir:" in out
+    assert "step 3/10" not in out  # no plain lines with a live bar
+
+
+def test_resumed_run_says_so(trainer, drive):
+    buf = io.StringIO()
+    cb = ConsoleCallback()
+    cb.console = Console(file=buf, force_terminal=False)
+    d = drive(cb)
+    d.fit_start(resumed_from=8)
+    d.step(loss=1.0)
+    d.step(loss=1.0)
+    d.fit_end()
+    out = buf.getvalue()
+    assert "resumed from step 8" in out and "step 10/10" in out and "finished at step 10/10" in out

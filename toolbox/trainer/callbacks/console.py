@@ -1,0 +1,156 @@
+"""Console: a live progress bar in a terminal, plain log lines everywhere else."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import time
+from typing import Any
+
+from toolbox.core.events import EventData
+from toolbox.core.registries import CALLBACKS
+from toolbox.trainer.callbacks.base import Callback
+
+
+def fmt(value: Any) -> str:
+    """A metric for humans: four significant digits, thousands as k/M."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if abs(v) >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    return f"{v:.4g}"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    return str(datetime.timedelta(seconds=round(seconds)))
+
+
+@CALLBACKS.register("console")
+class ConsoleCallback(Callback):
+    """Show training progress: step, loss, learning rate, tokens/s and the time left.
+
+    In a terminal this is a live rich progress bar; evaluation results print above it. When
+    standard output is not a terminal (CI, Snakemake and SLURM logs) it prints one plain line
+    every ``log_every`` steps instead. At the end it prints a summary with the run directory.
+
+    Args:
+        log_every: steps between two plain lines when output is not a terminal.
+    """
+
+    def __init__(self, log_every: int = 10) -> None:
+        if log_every < 1:
+            raise ValueError(f"console.log_every must be >= 1, got {log_every}")
+        self.log_every = log_every
+        self.console = None  # a rich Console; set before FIT_START to redirect the output
+        self._progress = None
+        self._task = None
+        self._start_step = 0
+        self._t0 = time.perf_counter()
+        self._last: dict[str, Any] = {}
+        self._last_eval: dict[str, Any] = {}
+
+    # helpers ------------------------------------------------------------------------------
+    def _print(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def _eta(self, step: int, max_steps: int) -> float | None:
+        done = step - self._start_step
+        if done <= 0:
+            return None
+        return (time.perf_counter() - self._t0) / done * max(max_steps - step, 0)
+
+    def _fields(self, metrics: dict[str, Any]) -> str:
+        parts = []
+        for key, label in (("loss", "loss"), ("lr", "lr"), ("tokens_per_s", "tok/s")):
+            if key in metrics:
+                parts.append(f"{label} {fmt(metrics[key])}")
+        return " | ".join(parts)
+
+    # events -------------------------------------------------------------------------------
+    def on_fit_start(self, data: EventData) -> None:
+        if self.console is None:
+            from rich.console import Console
+
+            self.console = Console()
+        resumed = data.payload.get("resumed_from")
+        self._start_step = int(resumed) if resumed is not None else int(data.step)
+        self._t0 = time.perf_counter()
+        self._last, self._last_eval = {}, {}
+        max_steps = data.trainer.max_steps
+        if resumed is not None:
+            self._print(f"resumed from step {resumed}")
+        if not self.console.is_terminal:
+            self._print(f"training for {max_steps} steps, run dir {data.trainer.context.run_dir}")
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
+        self._task = self._progress.add_task("train", total=max_steps, completed=self._start_step, info="")
+        self._progress.start()
+
+    def on_step_end(self, data: EventData) -> None:
+        self._last = dict(data.metrics)
+        max_steps = data.trainer.max_steps
+        if self._progress is not None:
+            self._progress.update(self._task, completed=data.step, info=self._fields(data.metrics))
+            return
+        if self.console is None:
+            return  # FIT_START not seen
+        if data.step % self.log_every == 0 or data.step >= max_steps:
+            fields = self._fields(data.metrics)
+            line = f"step {data.step}/{max_steps}"
+            if fields:
+                line += f" | {fields}"
+            self._print(f"{line} | eta {fmt_duration(self._eta(data.step, max_steps))}")
+
+    def on_eval_end(self, data: EventData) -> None:
+        if self.console is None:
+            return
+        self._last_eval = dict(data.metrics)
+        metrics = " | ".join(f"{k} {fmt(v)}" for k, v in data.metrics.items())
+        self._print(f"eval @ step {data.step}: {metrics or '(no metrics)'}")
+
+    def on_fit_end(self, data: EventData) -> None:
+        if self.console is None:
+            return
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        elapsed = time.perf_counter() - self._t0
+        stopped = data.payload.get("stopped_early")
+        reason = data.payload.get("stop_reason") or (stopped if isinstance(stopped, str) else None)
+        how = "stopped early" if stopped or reason else "finished"
+        if reason:
+            how += f" ({reason})"
+        lines = [f"{how} at step {data.step}/{data.trainer.max_steps} in {fmt_duration(elapsed)}"]
+        final = {"loss": self._last["loss"]} if "loss" in self._last else {}
+        final.update(data.metrics or self._last_eval)  # FIT_END carries the last eval's metrics
+        if final:
+            lines.append("final: " + " | ".join(f"{k} {fmt(v)}" for k, v in final.items()))
+        lines.append(f"run dir: {data.trainer.context.run_dir}")
+        for line in lines:
+            self._print(line)

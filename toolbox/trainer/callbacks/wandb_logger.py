@@ -1,0 +1,115 @@
+"""Weights & Biases: the composed config, every step's and every evaluation's metrics."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from toolbox.core.errors import ConfigError
+from toolbox.core.events import EventData
+from toolbox.core.registries import CALLBACKS
+from toolbox.trainer.callbacks.base import Callback
+
+
+def config_container(cfg: Any) -> dict[str, Any]:
+    """The composed config as plain dicts and lists, resolved where it can be."""
+    if cfg is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf is a hard dependency
+        return dict(cfg)
+    if isinstance(cfg, DictConfig | ListConfig):
+        try:
+            return OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # an interpolation that only resolves inside Hydra: keep it as text
+            return OmegaConf.to_container(cfg, resolve=False)
+    return dict(cfg)
+
+
+def _number(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            return value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return value
+    return value
+
+
+@CALLBACKS.register("wandb")
+class WandbCallback(Callback):
+    """Log the run to Weights & Biases: the composed config, train and eval metrics.
+
+    The default mode, offline, writes the run under ``run_dir/wandb/`` and never touches the
+    network; upload it later with ``wandb sync run_dir/wandb/offline-run-*``. The W&B run id is
+    saved in checkpoints, so a resumed run continues the same W&B run.
+
+    Args:
+        project: the W&B project.
+        mode: offline (local files only), online (needs network and a login) or disabled.
+        name: the run's display name; defaults to the run directory's name.
+        tags: tags attached to the run.
+    """
+
+    def __init__(
+        self,
+        project: str = "toolbox",
+        mode: str = "offline",
+        name: str | None = None,
+        tags: list[str] = [],  # noqa: B006 - copied, never mutated; shown as [] in the catalog
+    ) -> None:
+        if mode not in ("offline", "online", "disabled"):
+            raise ConfigError(f"callbacks.wandb.mode: expected offline, online or disabled, got {mode!r}.")
+        if importlib.util.find_spec("wandb") is None:
+            raise ConfigError(
+                "callbacks.wandb needs the wandb package: pip install 'toolbox[wandb]' "
+                "(or remove the wandb callback from the config)."
+            )
+        self.project = project
+        self.mode = mode
+        self.name = name
+        self.tags = list(tags)
+        self.run = None
+        self.run_id: str | None = None  # restored from a checkpoint to continue the same run
+
+    def on_fit_start(self, data: EventData) -> None:
+        import wandb
+
+        run_dir = Path(data.trainer.context.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        kwargs: dict[str, Any] = {}
+        if self.run_id is not None:
+            kwargs.update(id=self.run_id, resume="allow")
+        self.run = wandb.init(
+            project=self.project,
+            name=self.name or run_dir.name,
+            mode=self.mode,
+            dir=str(run_dir),
+            config=config_container(getattr(data.trainer, "cfg", None)),
+            tags=self.tags,
+            **kwargs,
+        )
+        self.run_id = self.run.id
+
+    def _log(self, data: EventData) -> None:
+        if self.run is not None and data.metrics:
+            self.run.log({k: _number(v) for k, v in data.metrics.items()}, step=data.step)
+
+    def on_step_end(self, data: EventData) -> None:
+        self._log(data)
+
+    def on_eval_end(self, data: EventData) -> None:
+        self._log(data)
+
+    def on_fit_end(self, data: EventData) -> None:
+        if self.run is not None:
+            self.run.summary["stopped_early"] = bool(data.payload.get("stopped_early"))
+            self.run.finish()
+            self.run = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.run_id = state.get("run_id")
