@@ -26,6 +26,11 @@ TINY = [
 
 
 @pytest.fixture
+def tiny():
+    return list(TINY)
+
+
+@pytest.fixture
 def tiny_overrides(tmp_path):
     return [*TINY, f"run_dir={tmp_path / 'run'}"]
 

@@ -192,7 +192,9 @@ class ExperimentBuilder:
         from toolbox.core.registries import SOURCES, TOKENIZERS
 
         splits = SOURCES.build(self.cfg.data.source, "data.source")
-        tokenizer = TOKENIZERS.build(self.cfg.tokenizer, "tokenizer", corpus=splits.texts())
+        tokenizer = None  # models of vectors (classifiers) have none
+        if self.cfg.get("tokenizer") is not None:
+            tokenizer = TOKENIZERS.build(self.cfg.tokenizer, "tokenizer", corpus=splits.texts())
         return splits, tokenizer
 
     def build(self, with_trainer: bool = True) -> Components:

@@ -71,3 +71,26 @@ def test_sgd_and_linear_schedule(tiny_overrides):
     parts.trainer.fit()
     assert lrs[0] == pytest.approx(0.005) and lrs[1] == pytest.approx(0.01)
     assert lrs[-1] < lrs[2]
+
+
+def test_classifier_gets_data_facts_injected(tmp_path):
+    """in_dim and num_classes come from the data source, not the config; no tokenizer is built."""
+    parts = _build(["experiment=classify_blobs", "data.source.in_dim=5", "data.source.num_classes=4",
+                    "trainer.max_steps=60", "callbacks=none", "device=cpu", f"run_dir={tmp_path}"])
+    assert parts.tokenizer is None
+    assert parts.model.net[0].in_features == 5 and parts.model.net[-1].out_features == 4
+    final = parts.trainer.fit()
+    assert final["eval/accuracy"] > 0.9
+
+
+def test_label_smoothing_raises_the_loss_of_confident_predictions():
+    from toolbox.objectives.supervised import ClassificationLoss
+
+    logits = torch.tensor([[8.0, 0.0, 0.0]])
+    batch = {"x": logits, "y": torch.tensor([0])}
+    identity = lambda x: x  # noqa: E731
+    plain = ClassificationLoss()(identity, batch).loss_sum
+    smooth = ClassificationLoss(label_smoothing=0.1)(identity, batch).loss_sum
+    expected = -(0.9 + 0.1 / 3) * torch.log_softmax(logits, -1)[0, 0] - (0.1 / 3) * torch.log_softmax(logits, -1)[0, 1:].sum()
+    torch.testing.assert_close(smooth, expected)
+    assert smooth > plain

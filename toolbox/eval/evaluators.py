@@ -45,7 +45,7 @@ class Perplexity:
         return {
             "eval/loss": loss,
             "eval/perplexity": math.exp(min(loss, 50.0)),
-            "eval/token_accuracy": correct / max(items, 1),
+            f"eval/{parts.objective.accuracy_name}": correct / max(items, 1),
         }
 
 

@@ -25,9 +25,14 @@ class Objective(ABC):
 
 
 class SupervisedObjective(Objective):
-    """``objective(model, batch) -> LossOutput`` on labelled batches."""
+    """``objective(model, batch) -> LossOutput`` on labelled batches.
+
+    ``LossOutput.metrics["correct"]`` counts correct predictions; trainers and evaluators report
+    ``correct / num_items`` under ``accuracy_name``.
+    """
 
     family = "supervised"
+    accuracy_name = "accuracy"
 
     @abstractmethod
     def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput: ...

@@ -23,6 +23,8 @@ class CausalLMLoss(SupervisedObjective):
         label_smoothing: mass moved uniformly over the vocabulary (0 = plain cross entropy).
     """
 
+    accuracy_name = "token_accuracy"
+
     def __init__(self, completion_only: bool = True, label_smoothing: float = 0.0) -> None:
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError("objective.label_smoothing must be in [0, 1)")
@@ -62,6 +64,8 @@ class ClassificationLoss(SupervisedObjective):
         input_key: batch key of the model input.
         target_key: batch key of the integer class labels.
     """
+
+    accuracy_name = "accuracy"
 
     def __init__(self, label_smoothing: float = 0.0, input_key: str = "x", target_key: str = "y") -> None:
         self.label_smoothing = label_smoothing

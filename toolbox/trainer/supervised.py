@@ -94,7 +94,7 @@ class SupervisedTrainer(BaseTrainer):
             self.scheduler.step()
         return {
             "loss": loss_total / max(items, 1),
-            "token_accuracy": correct / max(items, 1),
+            self.objective.accuracy_name: correct / max(items, 1),
             "lr": lr,
             "grad_norm": grad_norm,
             "num_tokens": tokens,

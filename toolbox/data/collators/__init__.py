@@ -1,6 +1,7 @@
 """Collators (``COLLATORS``): ``collator(examples) -> dict[str, torch.Tensor]``, the tokenizer injected.
 
-Both take examples with ``input_ids`` and ``completion_mask`` (lm_text, prompt_completion, chat).
+``pad`` and ``packing`` take examples with ``input_ids`` and ``completion_mask`` (lm_text,
+prompt_completion, chat); ``preference`` takes ``preference`` pairs.
 
 - ``pad``: one example per row, right-padded to the longest; ``input_ids``, ``attention_mask``
   (2D, 1 on tokens) and ``completion_mask`` (0 on padding).
@@ -9,6 +10,10 @@ Both take examples with ``input_ids`` and ``completion_mask`` (lm_text, prompt_c
 
 A model forward receives ``input_ids``, ``attention_mask`` and, when present, ``position_ids``;
 the loss reads ``completion_mask`` (1 where the token is a target).
+
+- ``preference``: ``preference`` examples (prompt_ids, chosen_ids, rejected_ids), chosen rows then
+  rejected rows in one right-padded batch, for the preference trainer's single forward.
 """
 
-from toolbox.data.collators import packing, pad  # noqa: F401  (registers the collators)
+from toolbox.data.collators import packing, pad, preference  # noqa: F401  (registers the collators)
+from toolbox.data.collators import stack  # noqa: F401,E402

@@ -25,3 +25,4 @@ from toolbox.data.datasets import (  # noqa: F401  (registers the factories)
     prompt_completion,
     prompt_only,
 )
+from toolbox.data.datasets import features  # noqa: F401,E402
