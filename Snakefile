@@ -1,0 +1,25 @@
+# The reproducible workflow: one rule per lifecycle stage, each one `toolbox` command.
+#
+#   snakemake -c2 results/demo/                 build one run (config/config.yaml names the runs)
+#   snakemake -c2                               build every run
+#   snakemake -n results/demo/                  dry run: what would run, and why
+#   snakemake --profile slurm results/demo/     every rule a SLURM job (profile: slurm/config.yaml)
+#
+# The stages are defined once in workflow/stages.py; dvc.yaml is generated from the same
+# definitions (python workflow/stages.py dvc). See docs/workflow.md.
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/compose.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/plot.smk"
+# traces -> dataset and serve + bench: include their rule files here (workflow/stages.py explains)
+include: "workflow/rules/publish.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        expand(stages.PATHS["results"], run=sorted(RUNS)),

@@ -1,0 +1,399 @@
+"""The Snakemake workflow and dvc.yaml: one definition of the stages, a validated config, exact reruns.
+
+Fast checks (dry runs, schema, graphs) run by default; the end-to-end runs of a tiny pipeline are
+marked slow (each trains a 1-layer model for 20 steps, about a minute on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_copy import REPO, TINY_OVERRIDES, TINY_RUN, Workflow, copy_workflow, tiny_config, tool
+
+sys.path.insert(0, str(REPO / "workflow"))
+sys.path.insert(0, str(REPO / "workflow" / "scripts"))
+import slice_config  # noqa: E402
+import stages  # noqa: E402
+
+STAGE_NAMES = {"defaults", "compose", "data", "train", "eval", "plot", "publish"}
+
+
+# -- one definition, two pipelines ----------------------------------------------------------------
+def test_dvc_yaml_is_generated_from_the_config_and_up_to_date() -> None:
+    cfg = stages.load_config(REPO / "config" / "config.yaml")
+    assert (REPO / "dvc.yaml").read_text() == stages.dvc_yaml_text(cfg["runs"]), (
+        "dvc.yaml is out of date with config/config.yaml: run `python workflow/stages.py dvc`"
+    )
+
+
+def test_repo_config_is_valid_and_has_the_demo(tmp_path: Path) -> None:
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert cfg["runs"]["demo"]["experiment"] == "demo"
+    from jsonschema import Draft202012Validator
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    assert not list(Draft202012Validator(schema).iter_errors(cfg))
+
+
+def snakemake_job_graph(dot: str) -> set[tuple[tuple[str, str | None], tuple[str, str | None]]]:
+    """Edges (rule, run) -> (rule, run) of `snakemake --dag`. A node's label names a wildcard only
+    where it first appears, so a job's run is inherited from the jobs it depends on."""
+    rules, runs = {}, {}
+    for node, label in re.findall(r'^\s*(\d+)\[label = "([^"]*)"', dot, flags=re.M):
+        parts = label.split("\\n")
+        rules[node] = parts[0]
+        runs[node] = next((p.split(": ", 1)[1] for p in parts[1:] if p.startswith("run: ")), None)
+    edges = re.findall(r"^\s*(\d+) -> (\d+)", dot, flags=re.M)
+    for _ in rules:
+        for a, b in edges:
+            if runs[b] is None and runs[a] is not None:
+                runs[b] = runs[a]
+    return {((rules[a], runs[a]), (rules[b], runs[b])) for a, b in edges if "all" not in (rules[a], rules[b])}
+
+
+def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    cfg["runs"]["other"] = {"experiment": "demo", "overrides": ["trainer.max_steps=5"]}
+    wf = copy_workflow(tmp_path / "repo", cfg)
+    wf.git_dvc_init()
+    # compose is a checkpoint: the jobs after it are known exactly once it has run (~10 s)
+    wf.snakemake("-c2", "work/tiny/config/full.yaml", "work/other/config/full.yaml")
+
+    smk = snakemake_job_graph(wf.snakemake("--dag", "--quiet").stdout)
+    names = {
+        s.dvc_name(r): (s.name, r)
+        for s in stages.STAGES
+        for r in (["tiny", "other"] if s.per_run else [None])
+    }
+    ddot = wf.dvc("dag", "--dot").stdout
+    dvc = {
+        (names[a], names[b])
+        for a, b in re.findall(r'"?([\w-]+)"?\s*->\s*"?([\w-]+)"?', ddot)
+        if a in names and b in names
+    }
+
+    assert smk == dvc, f"only in Snakemake: {sorted(smk - dvc)}\nonly in DVC: {sorted(dvc - smk)}"
+    assert {job for edge in smk for job in edge} == set(names.values())
+    assert (("train", "tiny"), ("plot", "tiny")) in smk  # plot reads train's metrics.jsonl
+
+
+def test_snakemake_runs_the_commands_of_dvc_yaml(workflow_copy: Workflow) -> None:
+    out = workflow_copy.snakemake("-n", "-p", f"results/{TINY_RUN}/").stdout
+    dvc = yaml.safe_load((workflow_copy.root / "dvc.yaml").read_text())["stages"]
+    for name in sorted(STAGE_NAMES):
+        key = name if name == "defaults" else f"{name}-{TINY_RUN}"
+        cmd = dvc[key]["cmd"]
+        assert cmd.startswith("mkdir -p ") and " && " in cmd
+        assert cmd.split(" && ", 1)[1] in out, f"{key}: DVC's command is not what Snakemake runs:\n{cmd}"
+
+
+# -- the config -----------------------------------------------------------------------------------
+def test_dry_run_lists_every_stage_and_why(workflow_copy: Workflow) -> None:
+    res = workflow_copy.snakemake("-n", f"results/{TINY_RUN}/")
+    assert workflow_copy.ran(res.stdout) == STAGE_NAMES
+    assert "reason: Missing output files: work/tiny/train/model" in res.stdout
+    assert "This was a dry-run" in res.stdout
+
+
+def test_default_target_builds_every_run(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    cfg["runs"]["second"] = {"experiment": "demo", "overrides": TINY_OVERRIDES}
+    wf = copy_workflow(tmp_path / "repo", cfg)
+    out = wf.snakemake("-n").stdout
+    assert re.search(r"^publish\s+2$", out, flags=re.M), out
+    assert re.search(r"^defaults\s+1$", out, flags=re.M), out
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda c: c["runs"]["tiny"]["resources"].update(cpus="two"),
+            "runs.tiny.resources.cpus: 'two' is not of type 'integer' "
+            "(schema: config.schema.yaml#/properties/runs/additionalProperties/properties/resources/properties/cpus/type)",
+        ),
+        (lambda c: c["runs"]["tiny"].pop("experiment"), "runs.tiny: 'experiment' is a required property"),
+        (
+            lambda c: c["runs"]["tiny"].update(overides=[]),
+            "runs.tiny: Additional properties are not allowed ('overides' was unexpected)",
+        ),
+        (
+            lambda c: c["runs"]["tiny"].update(overrides="trainer.max_steps=5"),
+            "runs.tiny.overrides: 'trainer.max_steps=5' is not of type 'array'",
+        ),
+        (
+            lambda c: c["runs"]["tiny"].update(overrides=["not an override"]),
+            "runs.tiny.overrides.0: 'not an override' does not match",
+        ),
+        (
+            lambda c: c["runs"]["tiny"]["resources"].update(gpu=-1),
+            "runs.tiny.resources.gpu: -1 is less than the minimum of 0",
+        ),
+        (lambda c: c.update(runs={"bad/name": c["runs"]["tiny"]}), "runs: 'bad/name' does not match"),
+        (lambda c: c.update(runs={}), "runs: {} should be non-empty"),
+        (
+            lambda c: c.update(run={}),
+            "(top level): Additional properties are not allowed ('run' was unexpected)",
+        ),
+    ],
+)
+def test_config_errors_name_the_key_and_the_schema_path(change, expected: str) -> None:
+    cfg = tiny_config()
+    assert stages.config_errors(cfg) == []
+    change(cfg)
+    errors = stages.config_errors(cfg)
+    assert any(e.startswith(expected) for e in errors), errors
+    assert all("(schema: config.schema.yaml#/" in e for e in errors)
+
+
+def test_snakemake_and_the_generator_refuse_an_invalid_config(workflow_copy: Workflow) -> None:
+    cfg = tiny_config()
+    cfg["runs"]["tiny"]["resources"]["cpus"] = "two"
+    (workflow_copy.root / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = workflow_copy.snakemake("-n", check=False)
+    assert res.returncode != 0
+    out = res.stdout + res.stderr
+    assert (
+        "config/config.yaml is not valid:" in out
+        and "runs.tiny.resources.cpus: 'two' is not of type 'integer'" in out
+    ), out[-3000:]
+    gen = workflow_copy.run(sys.executable, "workflow/stages.py", "dvc", check=False)
+    assert gen.returncode == 2 and "runs.tiny.resources.cpus" in gen.stderr
+
+
+def test_unknown_run_lists_the_runs(workflow_copy: Workflow) -> None:
+    res = workflow_copy.snakemake("-n", "results/tiyn/", check=False)
+    assert res.returncode != 0
+    out = res.stdout + res.stderr
+    assert "unknown run 'tiyn'. Did you mean 'tiny'? The runs in config/config.yaml are: tiny." in out, out[
+        -3000:
+    ]
+
+
+def test_stale_dvc_yaml_is_reported(workflow_copy: Workflow) -> None:
+    (workflow_copy.root / "dvc.yaml").write_text("stages: {}\n")
+    res = workflow_copy.snakemake("-n")
+    assert "dvc.yaml does not describe the runs" in res.stdout + res.stderr
+    check = workflow_copy.run(sys.executable, "workflow/stages.py", "dvc", "--check", check=False)
+    assert check.returncode == 1
+
+
+def test_profiles_parse(workflow_copy: Workflow) -> None:
+    local = workflow_copy.snakemake("--profile", "workflow/profiles/local", "-n", f"results/{TINY_RUN}/")
+    assert workflow_copy.ran(local.stdout) == STAGE_NAMES
+    profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    assert profile["executor"] == "slurm" and profile["jobs"] >= 1
+    assert set(profile["default-resources"]) >= {"runtime", "mem_mb"}
+
+
+def test_lint_is_clean(workflow_copy: Workflow) -> None:
+    res = workflow_copy.snakemake("--lint")
+    assert "Congratulations, your workflow is in a good condition!" in res.stdout + res.stderr
+
+
+# -- the slices -----------------------------------------------------------------------------------
+FULL = {
+    "run_name": "tiny",
+    "run_dir": "work/tiny/train",
+    "seed": 0,
+    "device": "cpu",
+    "deterministic": True,
+    "resume_from": None,
+    "model": {"name": "tiny_llama", "num_layers": 1},
+    "tokenizer": {"name": "char"},
+    "data": {"source": {"name": "arithmetic", "num_train": 256}},
+    "objective": {"name": "causal_lm"},
+    "trainer": {"name": "supervised", "max_steps": 20},
+    "optimizer": {"name": "adamw", "lr": 0.001},
+    "callbacks": {},
+    "precision": {"name": "fp32"},
+    "strategy": {"name": "single"},
+    "launcher": {"name": "local"},
+    "eval": {
+        "perplexity": {"name": "perplexity"},
+        "exact_match": {"name": "exact_match", "max_examples": 16},
+    },
+}
+DEFAULTS = {
+    **FULL,
+    "run_name": "default",
+    "run_dir": "results/default",
+    "device": "auto",
+    "model": {"name": "tiny_llama", "num_layers": 2},
+    "data": {"source": {"name": "arithmetic", "num_train": 5000}},
+    "trainer": {"name": "supervised", "max_steps": 200},
+    "eval": {"perplexity": {"name": "perplexity"}},
+}
+
+
+def _slices(full: dict) -> dict[str, dict]:
+    return {stage: slice_config.slice_config(full, DEFAULTS, stage) for stage in slice_config.KEEP}
+
+
+def _changed(change) -> set[str]:
+    other = json.loads(json.dumps(FULL))
+    change(other)
+    before, after = _slices(FULL), _slices(other)
+    return {stage for stage in before if before[stage] != after[stage]}
+
+
+@pytest.mark.parametrize(
+    ("change", "stages_changed"),
+    [
+        (lambda c: c["eval"]["exact_match"].update(max_examples=8), {"eval"}),
+        (lambda c: c["trainer"].update(max_steps=40), {"train"}),
+        (lambda c: c["optimizer"].update(lr=0.01), {"train"}),
+        (lambda c: c["model"].update(num_layers=2), {"train"}),
+        (lambda c: c["data"]["source"].update(num_train=128), {"data", "train", "eval"}),
+        (lambda c: c.update(seed=1), {"data", "train", "eval"}),
+        (lambda c: c.update(resume_from="auto"), set()),
+    ],
+)
+def test_a_change_reaches_only_the_slices_that_read_it(change, stages_changed: set[str]) -> None:
+    assert _changed(change) == stages_changed
+
+
+def test_slices_are_full_configs_normalised_to_the_defaults() -> None:
+    s = _slices(FULL)
+    assert list(s["train"]) == list(FULL)  # every section, in the composed order
+    assert s["train"]["eval"] == DEFAULTS["eval"] and s["train"]["resume_from"] is None
+    assert s["data"]["trainer"] == DEFAULTS["trainer"] and s["data"]["data"] == FULL["data"]
+    assert s["eval"]["model"] == DEFAULTS["model"] and s["eval"]["eval"] == FULL["eval"]
+    assert s["data"]["run_dir"] == s["eval"]["run_dir"] == "work/tiny/train"
+
+
+# -- end to end (slow) ----------------------------------------------------------------------------
+def _set_override(wf: Workflow, key: str, value: str) -> None:
+    cfg = yaml.safe_load((wf.root / "config" / "config.yaml").read_text())
+    ov = [o for o in cfg["runs"][TINY_RUN]["overrides"] if not o.startswith(f"{key}=")]
+    cfg["runs"][TINY_RUN]["overrides"] = [*ov, f"{key}={value}"]
+    wf.write_config(cfg)
+
+
+@pytest.mark.slow
+def test_tiny_run_end_to_end_and_exact_reruns(workflow_copy: Workflow) -> None:
+    wf = workflow_copy
+    first = wf.snakemake("-c2", f"results/{TINY_RUN}/")
+    assert wf.ran(first.stdout + first.stderr) == STAGE_NAMES
+
+    results = wf.root / "results" / TINY_RUN
+    assert (results / "model" / "model.safetensors").is_symlink()
+    assert (results / "model" / "model.safetensors").resolve() == (
+        wf.root / "work/tiny/train/model/model.safetensors"
+    ).resolve()
+    assert (results / "model" / "config.json").is_file()
+    metrics = json.loads((results / "eval.json").read_text())
+    assert {"eval/loss", "eval/exact_match"} <= set(metrics)
+    lines = [json.loads(x) for x in (results / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in lines) == 20
+    assert json.loads((results / "curves" / "train.json").read_text())[0]["step"] == 1
+    assert any(p.suffix == ".png" for p in (results / "plots").iterdir())
+    assert yaml.safe_load((results / "config.yaml").read_text())["run_dir"] == "work/tiny/train"
+    for stage in STAGE_NAMES:
+        log = wf.root / ("work/_defaults" if stage == "defaults" else "work/tiny") / "logs" / f"{stage}.log"
+        bench = log.parent.parent / "benchmarks" / f"{stage}.tsv"
+        assert log.is_file() and bench.is_file(), stage
+
+    # nothing changed: nothing runs
+    again = wf.snakemake("-c2", f"results/{TINY_RUN}/")
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert wf.ran(again.stdout + again.stderr) == set()
+
+    # an eval-only change: compose, then only eval and publish
+    _set_override(wf, "eval.exact_match.max_examples", "8")
+    res = wf.snakemake("-c2", f"results/{TINY_RUN}/")
+    assert wf.ran(res.stdout + res.stderr) == {"compose", "eval", "publish"}
+    assert "model.safetensors" in {p.name for p in (results / "model").iterdir()}
+
+    # a data change: data, train (from scratch: its checkpoints were of another training), eval
+    _set_override(wf, "data.source.num_train", "200")
+    res = wf.snakemake("-c2", f"results/{TINY_RUN}/")
+    assert wf.ran(res.stdout + res.stderr) == {"compose", "data", "train", "eval", "plot", "publish"}
+    assert "resumed" not in (wf.root / "work/tiny/logs/train.log").read_text()
+
+
+@pytest.mark.slow
+def test_interrupted_train_leaves_nothing_complete_and_resumes(workflow_copy: Workflow) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    wf = workflow_copy
+    _set_override(wf, "trainer.max_steps", "400")
+    _set_override(wf, "trainer.save_every", "20")
+    wf.snakemake("-c2", "work/tiny/data")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "-c2", "work/tiny/train/model"],
+        cwd=wf.root,
+        env=wf.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    ckpts = wf.root / "work/tiny/train/checkpoints"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(ckpts.glob("step_*")) and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, (
+        f"training finished before it could be interrupted:\n{proc.communicate()[0][-3000:]}"
+    )
+    os.killpg(proc.pid, signal.SIGKILL)  # the machine dies: no clean-up at all
+    proc.wait()
+    assert not (wf.root / "work/tiny/train/model").exists()
+
+    # a killed Snakemake leaves its lock (--unlock) and marks the job incomplete; --rerun-incomplete
+    # (the profiles set it) reruns it, and train resumes from its last checkpoint
+    wf.snakemake("--unlock")
+    res = wf.snakemake("-c2", "--rerun-incomplete", "work/tiny/train/model")
+    assert wf.ran(res.stdout + res.stderr) == {"train"}
+    assert "resumed from step" in (wf.root / "work/tiny/logs/train.log").read_text()
+    assert (wf.root / "work/tiny/train/model/config.json").is_file()
+    steps = [
+        json.loads(x)["step"] for x in (wf.root / "work/tiny/train/metrics.jsonl").read_text().splitlines()
+    ]
+    train_steps = [s for s in steps if s is not None]
+    assert max(train_steps) == 400 and min(train_steps) == 1
+
+
+@pytest.mark.slow
+def test_dvc_repro_push_pull_and_fresh_clone(tmp_path: Path) -> None:
+    wf = copy_workflow(tmp_path / "repo")
+    wf.git_dvc_init()
+
+    first = wf.dvc("repro")
+    assert wf.dvc_ran(first.stdout) == {"defaults", *(f"{s}-tiny" for s in STAGE_NAMES - {"defaults"})}
+    second = wf.dvc("repro")
+    assert wf.dvc_ran(second.stdout) == set() and "Data and pipelines are up to date" in second.stdout
+
+    metrics = wf.dvc("metrics", "show", "--json").stdout
+    assert "eval/exact_match" in metrics
+    plots = wf.dvc("plots", "show", "--json").stdout
+    assert "tiny-train-loss" in plots
+
+    # an eval-only change reruns compose (cheap) and only the stages whose slice changed
+    _set_override(wf, "eval.exact_match.max_examples", "8")
+    res = wf.dvc("repro")
+    assert wf.dvc_ran(res.stdout) == {"compose-tiny", "eval-tiny", "publish-tiny"}, res.stdout
+
+    # push to a local remote; a fresh clone pulls and is up to date with nothing retrained
+    remote = tmp_path / "remote"
+    wf.dvc("remote", "add", "-d", "local", str(remote))
+    wf.dvc("push")
+    wf.run("git", "add", "-A")
+    wf.run("git", "commit", "-qm", "tiny run")
+    clone = tmp_path / "clone"
+    wf.run("git", "clone", "-q", str(wf.root), str(clone))
+    wf.run(tool("dvc"), "pull", cwd=clone)
+    status = wf.run(tool("dvc"), "status", cwd=clone)
+    assert "up to date" in status.stdout, status.stdout
+    res = wf.run(tool("dvc"), "repro", cwd=clone)
+    assert wf.dvc_ran(res.stdout) == set(), res.stdout
+    assert (clone / "work/tiny/train/model/model.safetensors").is_file()
+    assert (clone / "results/tiny/eval.json").is_file()

@@ -1,0 +1,74 @@
+"""The tiny pipeline through `snakemake --profile slurm` on the real local cluster.
+
+Every rule becomes a SLURM job (sbatch) of the repo's own profile, slurm/config.yaml, typed as a
+user types it from the repo root. Skips, with the reason, where the cluster of
+workflow/scripts/local_slurm.sh is not running (CI starts it: `local_slurm.sh ensure`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from workflow_copy import REPO, TINY_RUN, copy_workflow, tiny_config
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # about 2.5 min: every rule is a SLURM job
+SCRIPT = REPO / "workflow" / "scripts" / "local_slurm.sh"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> None:
+    if not SCRIPT.is_file():
+        pytest.skip(f"{SCRIPT.relative_to(REPO)} not found")
+    try:
+        res = subprocess.run(
+            ["bash", str(SCRIPT), "status"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("local SLURM cluster: 'local_slurm.sh status' timed out")
+    if res.returncode != 0:
+        first = (res.stdout + res.stderr).strip().splitlines()
+        pytest.skip(
+            f"local SLURM cluster not running ({first[0] if first else f'status exit {res.returncode}'}); "
+            f"start it with: bash {SCRIPT.relative_to(REPO)} ensure"
+        )
+    for tool in ("sbatch", "sacct", "squeue"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"local SLURM cluster: {tool} not on PATH")
+
+
+def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
+    cfg = tiny_config()
+    entry = cfg["runs"][TINY_RUN]
+    entry["overrides"] = [o for o in entry["overrides"] if not o.startswith("trainer.max_steps=")] + [
+        "trainer.max_steps=10"
+    ]
+    entry["resources"] = {"cpus": 1, "mem_mb": 1500, "runtime": 7}
+    wf = copy_workflow(tmp_path / "repo", cfg)
+
+    res = wf.snakemake("--profile", "slurm", f"results/{TINY_RUN}/", timeout=900)
+    out = res.stdout + res.stderr
+    assert "slurm" in out.lower()
+    assert wf.ran(out) >= {"defaults", "compose", "data", "train", "eval", "plot", "publish"}, out[-4000:]
+    assert "Submitted job" in out or "job ID" in out or "SLURM run ID" in out, out[-4000:]
+
+    # the train job asked for its run's resources, every other job for the profile's defaults
+    run_id = re.search(r"SLURM run ID: (\S+)", out)
+    assert run_id, out[-4000:]
+    acct = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "--name", run_id.group(1), "-S", "now-1days", "-o", "ReqMem,Timelimit,State"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert sorted(acct) == ["1500M|00:07:00|COMPLETED"] + ["2000M|00:10:00|COMPLETED"] * 6, acct
+
+    results = wf.root / "results" / TINY_RUN
+    assert (results / "model" / "model.safetensors").exists()
+    assert "eval/loss" in json.loads((results / "eval.json").read_text())
+    assert (results / "metrics.jsonl").read_text().strip()
+
+    again = wf.snakemake("--profile", "slurm", f"results/{TINY_RUN}/", timeout=300)
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -1,0 +1,18 @@
+# Plot: PNG curves of the run's metrics.jsonl (reached through train's model/, see common.smk).
+
+
+rule plot:
+    input:
+        **stage_input("plot"),
+    output:
+        **stage_output("plot"),
+    params:
+        cmd=stage_cmd("plot"),
+    log:
+        stage_log("plot"),
+    benchmark:
+        stage_benchmark("plot")
+    conda:
+        "../envs/toolbox.yaml"
+    shell:
+        "( {params.cmd} ) > {log} 2>&1"

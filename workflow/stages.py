@@ -1,0 +1,430 @@
+"""The workflow's stages, defined once. Snakemake's rules and DVC's ``dvc.yaml`` are both made from here.
+
+A stage is one command with declared inputs (``deps``) and outputs (``outs``), per run of
+``config/config.yaml``. ``workflow/rules/*.smk`` turn each stage into a Snakemake rule (paths with
+a ``{run}`` wildcard, the command as ``params.cmd``); ``python workflow/stages.py dvc`` writes one
+DVC stage per (stage, run) into ``dvc.yaml``. Neither repeats a command: both format the same
+template below, and ``tests/workflow`` checks that the two graphs agree and that ``dvc.yaml`` is
+up to date.
+
+    python workflow/stages.py dvc            # (re)write dvc.yaml from config/config.yaml
+    python workflow/stages.py dvc --check    # exit 1 when dvc.yaml is out of date
+    python workflow/stages.py show demo      # print every command of run 'demo'
+
+Adding a stage (traces -> dataset, serve + bench): append a ``Stage`` to ``STAGES`` (its command
+is one ``toolbox`` subcommand with explicit ``--out`` paths under ``work/<run>/``), add a rule file
+``workflow/rules/<name>.smk`` on the pattern of ``eval.smk``, and, if the run should publish it,
+add its output to the ``publish`` stage. Then ``python workflow/stages.py dvc``.
+
+Only the standard library and PyYAML are imported: the Snakefile imports this module on every
+call, dry runs included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_FILE = "config/config.yaml"
+DVC_FILE = "dvc.yaml"
+
+# -- paths ----------------------------------------------------------------------------------------
+# Stage products live under work/<run>/ (git-ignored); publish links the deliverables into
+# results/<run>/. Snakemake refuses a directory() output that holds another rule's output, so
+# nothing is produced inside results/<run>/ but by publish.
+CONFIG_TREE = "toolbox/configs"  # the Hydra config tree that `toolbox compose` reads
+SLICER = "workflow/scripts/slice_config.py"
+PUBLISHER = "workflow/scripts/publish.py"
+DEFAULTS = "work/_defaults/config.yaml"
+PATHS = {
+    "config_dir": "work/{run}/config",
+    "full_cfg": "work/{run}/config/full.yaml",
+    "data_cfg": "work/{run}/config/data.yaml",
+    "train_cfg": "work/{run}/config/train.yaml",
+    "eval_cfg": "work/{run}/config/eval.yaml",
+    "data": "work/{run}/data",
+    "run_dir": "work/{run}/train",
+    "model": "work/{run}/train/model",
+    "metrics": "work/{run}/train/metrics.jsonl",
+    "checkpoints": "work/{run}/train/checkpoints",
+    "resume_key": "work/{run}/train/checkpoints.config.yaml",
+    "eval": "work/{run}/eval.json",
+    "plots": "work/{run}/plots",
+    "results": "results/{run}",
+    "log": "work/{run}/logs/{stage}.log",
+    "benchmark": "work/{run}/benchmarks/{stage}.tsv",
+}
+GLOBAL_LOG = "work/_defaults/logs/{stage}.log"
+GLOBAL_BENCHMARK = "work/_defaults/benchmarks/{stage}.tsv"
+
+
+@dataclass(frozen=True)
+class Out:
+    """One output of a stage.
+
+    Args:
+        path: path template ({run} and the PATHS names).
+        directory: a folder (Snakemake ``directory()``).
+        snakemake: declared to Snakemake. False for a side product that Snakemake must not delete
+            when a job fails (Snakemake removes a failed job's outputs): ``metrics.jsonl`` must
+            survive an interrupted train job so that the resumed job continues the same file.
+            Later rules reach such a file through the stage's first Snakemake output.
+        persist: DVC keeps it when the stage reruns (``persist: true``).
+        metrics: a DVC metrics file (``dvc metrics show``).
+    """
+
+    path: str
+    directory: bool = False
+    snakemake: bool = True
+    persist: bool = False
+    metrics: bool = False
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage: one command, its inputs and its outputs, instantiated per run.
+
+    Args:
+        name: the rule name; DVC names the stage ``<name>-<run>`` (``name`` alone when global).
+        cmd: the command template. ``{overrides}`` is the run's Hydra overrides, quoted;
+            ``{launch}`` is the train launcher prefix (see ``launch_prefix``); every other
+            ``{name}`` is a path of PATHS (or DEFAULTS, SLICER, PUBLISHER).
+        deps: input name -> path template.
+        outs: output name -> Out.
+        per_run: False for the one stage shared by all runs (the toolbox defaults).
+        checkpoint: a Snakemake checkpoint. Compose is one, so that after it reruns Snakemake
+            re-evaluates every stage that reads a config slice, and a stage whose slice did not
+            change does not rerun (the same per-stage check DVC makes with hashes).
+    """
+
+    name: str
+    cmd: str
+    deps: dict[str, str]
+    outs: dict[str, Out]
+    per_run: bool = True
+    checkpoint: bool = False
+    doc: str = ""
+
+    def dvc_name(self, run: str | None) -> str:
+        return f"{self.name}-{run}" if self.per_run else self.name
+
+    def log(self, run: str | None = None) -> str:
+        return (PATHS["log"] if self.per_run else GLOBAL_LOG).format(run=run or "{run}", stage=self.name)
+
+    def benchmark(self, run: str | None = None) -> str:
+        return (PATHS["benchmark"] if self.per_run else GLOBAL_BENCHMARK).format(
+            run=run or "{run}", stage=self.name
+        )
+
+
+# -- the stages -----------------------------------------------------------------------------------
+# The train command keeps its checkpoints only while they belong to the same training: when the
+# train slice differs from the one the checkpoints were written under, they are removed first,
+# so `resume_from=auto` resumes an interrupted job but never continues a different training.
+TRAIN_CMD = (
+    "cmp -s {train_cfg} {resume_key} || "
+    "{{ rm -rf {checkpoints} && mkdir -p {run_dir} && cp {train_cfg} {resume_key}; }} && "
+    "{launch}toolbox train --config {train_cfg} --data {data} --out {run_dir} resume_from=auto"
+)
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "defaults",
+        "toolbox compose --out {defaults}",
+        deps={"tree": CONFIG_TREE},
+        outs={"config": Out(DEFAULTS)},
+        per_run=False,
+        doc="the toolbox's default config: what a stage's irrelevant sections are normalised to",
+    ),
+    Stage(
+        "compose",
+        "toolbox compose {overrides} --out {full_cfg} && "
+        "python {slicer} {full_cfg} --defaults {defaults} --out-dir {config_dir}",
+        deps={"defaults": DEFAULTS, "tree": CONFIG_TREE, "slicer": SLICER},
+        outs={
+            "full": Out(PATHS["full_cfg"]),
+            "data": Out(PATHS["data_cfg"]),
+            "train": Out(PATHS["train_cfg"]),
+            "eval": Out(PATHS["eval_cfg"]),
+        },
+        checkpoint=True,
+        doc="the run's composed config and one slice per stage (slice_config.py)",
+    ),
+    Stage(
+        "data",
+        "toolbox data --config {data_cfg} --out {data}",
+        deps={"config": PATHS["data_cfg"]},
+        outs={"data": Out(PATHS["data"], directory=True)},
+        doc="records + tokenizer",
+    ),
+    Stage(
+        "train",
+        TRAIN_CMD,
+        deps={"config": PATHS["train_cfg"], "data": PATHS["data"]},
+        outs={
+            "model": Out(PATHS["model"], directory=True),
+            "metrics": Out(PATHS["metrics"], snakemake=False, persist=True),
+        },
+        doc="the model (written last, so it exists only when training finished) and metrics.jsonl",
+    ),
+    Stage(
+        "eval",
+        "toolbox eval --config {eval_cfg} --data {data} --model {model} --out {eval}",
+        deps={"config": PATHS["eval_cfg"], "data": PATHS["data"], "model": PATHS["model"]},
+        outs={"eval": Out(PATHS["eval"], metrics=True)},
+        doc="eval.json",
+    ),
+    Stage(
+        "plot",
+        "toolbox plot {run_dir} --out {plots}",
+        deps={"metrics": PATHS["metrics"]},
+        outs={"plots": Out(PATHS["plots"], directory=True)},
+        doc="PNG curves of metrics.jsonl",
+    ),
+    # traces -> dataset and serve + bench stages go here (see the module docstring)
+    Stage(
+        "publish",
+        "python {publisher} --config {full_cfg} --model {model} --eval {eval} --metrics {metrics} "
+        "--plots {plots} --out {results}",
+        deps={
+            "config": PATHS["full_cfg"],
+            "model": PATHS["model"],
+            "eval": PATHS["eval"],
+            "metrics": PATHS["metrics"],
+            "plots": PATHS["plots"],
+            "publisher": PUBLISHER,
+        },
+        outs={"results": Out(PATHS["results"], directory=True)},
+        doc="results/<run>/: config.yaml, model/ (links), eval.json, metrics.jsonl, curves/, plots/",
+    ),
+)
+BY_NAME = {s.name: s for s in STAGES}
+
+# paths produced by some stage, and by which
+PRODUCER: dict[str, tuple[Stage, Out]] = {o.path: (s, o) for s in STAGES for o in s.outs.values()}
+
+
+# -- runs -----------------------------------------------------------------------------------------
+RESOURCE_DEFAULTS: dict[str, Any] = {"cpus": 2, "mem_mb": 4000, "runtime": 60, "gpu": 0, "nodes": 1}
+
+
+def run_entry(runs: dict[str, Any], run: str) -> dict[str, Any]:
+    """The run's entry of config/config.yaml; an unknown name fails with the list of runs."""
+    if run not in runs:
+        import difflib
+
+        close = difflib.get_close_matches(run, list(runs), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise KeyError(
+            f"unknown run '{run}'.{hint} The runs in config/config.yaml are: {', '.join(sorted(runs))}."
+        )
+    return runs[run]
+
+
+def overrides(run: str, entry: dict[str, Any]) -> list[str]:
+    """The Hydra overrides that compose the run: its experiment, its name, its own overrides, and
+    the run dir the workflow trains in (last, so that it always wins)."""
+    return [
+        f"experiment={entry['experiment']}",
+        f"run_name={run}",
+        *[str(o) for o in entry.get("overrides") or []],
+        f"run_dir={PATHS['run_dir'].format(run=run)}",
+    ]
+
+
+def resources(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**RESOURCE_DEFAULTS, **(entry.get("resources") or {})}
+
+
+def launch_prefix(run: str, entry: dict[str, Any]) -> str:
+    """How the train command starts. SCALE-OUT SPOT (the distributed-training issue fills it).
+
+    Today every run trains in one process: the prefix is empty and ``toolbox train`` runs as is.
+    The run's ``strategy`` (single/ddp/fsdp) and ``launcher.nproc`` in its composed config, with
+    ``resources.gpu`` / ``resources.nodes`` of its entry in config/config.yaml, will decide the
+    launcher here (for example ``torchrun --nproc-per-node=<gpu> -m`` or a ``toolbox launch``
+    wrapper) inside the one SLURM job that Snakemake's train rule asks for. Whatever it returns is
+    put before ``toolbox train ...`` in both Snakemake's rule and DVC's stage.
+    """
+    return ""
+
+
+def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
+    values = {
+        "defaults": DEFAULTS,
+        "slicer": SLICER,
+        "publisher": PUBLISHER,
+        **{k: v.format(run=run) for k, v in PATHS.items() if k not in ("log", "benchmark")},
+    }
+    if entry is not None and run is not None:
+        values["overrides"] = " ".join(shlex.quote(o) for o in overrides(run, entry))
+        values["launch"] = launch_prefix(run, entry)
+    return values
+
+
+def command(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> str:
+    """The stage's command for this run, without the log redirection."""
+    return stage.cmd.format(**_values(run, entry))
+
+
+def shell_line(cmd: str, log: str) -> str:
+    """The command with its log: Snakemake's rule runs ``( cmd ) > log 2>&1``, DVC the same after
+    creating the log folder (Snakemake creates it itself)."""
+    return f"( {cmd} ) > {log} 2>&1"
+
+
+def dvc_cmd(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> str:
+    log = stage.log(run)
+    return f"mkdir -p {Path(log).parent} && " + shell_line(command(stage, run, entry), log)
+
+
+# -- the config file ------------------------------------------------------------------------------
+SCHEMA = "workflow/schemas/config.schema.yaml"
+
+
+def config_errors(cfg: Any) -> list[str]:
+    """Every violation of the schema, each naming the bad key and the schema path."""
+    import yaml
+    from jsonschema import Draft202012Validator
+
+    schema = yaml.safe_load((REPO / SCHEMA).read_text())
+    errors = sorted(
+        Draft202012Validator(schema).iter_errors(cfg), key=lambda e: [str(p) for p in e.absolute_path]
+    )
+    lines = []
+    for e in errors:
+        key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+        where = "/".join(str(p) for p in e.absolute_schema_path)
+        lines.append(f"{key}: {e.message} (schema: {Path(SCHEMA).name}#/{where})")
+    return lines
+
+
+def load_config(path: str | Path = CONFIG_FILE) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if not path.is_absolute():
+        path = REPO / path
+    with open(path) as f:
+        return yaml.safe_load(f) or {}
+
+
+# -- dvc.yaml -------------------------------------------------------------------------------------
+HEADER = """\
+# GENERATED from config/config.yaml by workflow/stages.py -- do not edit by hand.
+# Regenerate after changing config/config.yaml:  python workflow/stages.py dvc
+# Every command here is also a Snakemake rule (workflow/rules/*.smk): the same template, the same paths.
+"""
+
+
+def dvc_stages(runs: dict[str, Any]) -> dict[str, Any]:
+    """dvc.yaml's content as a dict: one DVC stage per (stage, run), plus metrics and plots."""
+    stages: dict[str, Any] = {}
+    for stage in STAGES:
+        for run in sorted(runs) if stage.per_run else [None]:
+            entry = runs[run] if run is not None else None
+            spec: dict[str, Any] = {"cmd": dvc_cmd(stage, run, entry)}
+            spec["deps"] = [d.format(run=run) for d in stage.deps.values()]
+            outs, metrics = [], []
+            for out in stage.outs.values():
+                path = out.path.format(run=run)
+                target = metrics if out.metrics else outs
+                target.append({path: {"persist": True}} if out.persist else path)
+            if outs:
+                spec["outs"] = outs
+            if metrics:
+                spec["metrics"] = metrics
+            stages[stage.dvc_name(run)] = spec
+    plots = []
+    for run in sorted(runs):
+        curves = f"{PATHS['results'].format(run=run)}/curves"
+        plots.append({f"{run}-train-loss": {"x": "step", "y": {f"{curves}/train.json": "loss"}}})
+        plots.append({f"{run}-eval-loss": {"x": "step", "y": {f"{curves}/eval.json": "eval/loss"}}})
+    return {"stages": stages, "plots": plots}
+
+
+def fingerprint(runs: dict[str, Any]) -> str:
+    """What dvc.yaml is made from (the runs and this file), hashed: the Snakefile compares it with
+    dvc.yaml's first line on every call, which costs far less than writing dvc.yaml anew."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256(json.dumps(runs, sort_keys=True, default=str).encode())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def dvc_yaml_text(runs: dict[str, Any]) -> str:
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    body = yaml.dump(dvc_stages(runs), Dumper=dumper, sort_keys=False, width=1000)
+    return f"# fingerprint: {fingerprint(runs)}\n" + HEADER + body
+
+
+def dvc_yaml_is_current(path: str | Path, runs: dict[str, Any]) -> bool:
+    """Whether the file at ``path`` was generated from these runs by this version of stages.py."""
+    try:
+        with open(path) as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return False
+    return first.strip() == f"# fingerprint: {fingerprint(runs)}"
+
+
+# -- command line ---------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python workflow/stages.py", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("dvc", help="write dvc.yaml from the config")
+    p.add_argument("--config", default=CONFIG_FILE)
+    p.add_argument("--out", default=DVC_FILE)
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 if the file differs from what would be written"
+    )
+    p = sub.add_parser("show", help="print the commands of one run")
+    p.add_argument("run")
+    p.add_argument("--config", default=CONFIG_FILE)
+    args = parser.parse_args(argv)
+
+    cfg = load_config(args.config)
+    errors = config_errors(cfg)
+    if errors:
+        print(f"error: {args.config} is not valid:\n" + "\n".join(f"  {e}" for e in errors), file=sys.stderr)
+        return 2
+    runs = cfg["runs"]
+    if args.command == "show":
+        try:
+            entry = run_entry(runs, args.run)
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 2
+        for stage in STAGES:
+            run = args.run if stage.per_run else None
+            print(f"# {stage.dvc_name(run)}: {stage.doc}\n{command(stage, run, entry if run else None)}\n")
+        return 0
+    text = dvc_yaml_text(runs)
+    out = Path(args.out)
+    if not out.is_absolute():
+        out = REPO / out
+    if args.check:
+        if not out.is_file() or out.read_text() != text:
+            print(
+                f"{args.out} is out of date with {args.config}; run: python workflow/stages.py dvc",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{args.out} is up to date")
+        return 0
+    out.write_text(text)
+    print(f"wrote {args.out} ({len(runs)} runs, {sum(1 for _ in dvc_stages(runs)['stages'])} stages)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
