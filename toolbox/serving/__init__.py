@@ -1,0 +1,1 @@
+"""Serving: inference engines behind one interface, the OpenAI-compatible server, the benchmark."""

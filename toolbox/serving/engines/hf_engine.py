@@ -1,0 +1,179 @@
+"""``hf``: transformers ``generate``, the reference engine (any causal LM transformers can load).
+
+Prompts are generated in left-padded batches of ``batch_size``. Sampling parameters map onto a
+``GenerationConfig``: ``n`` onto ``num_return_sequences``, stop ids onto ``eos_token_id``, stop
+strings onto ``stop_strings`` (the text is then cut before the stop string, as the other engines do),
+logprobs onto ``output_logits`` (raw logits, as the torch and vLLM engines report them), a seed onto
+a forked torch RNG. A ``seed`` makes the batch reproducible, not each prompt independent of the
+others in its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+
+from toolbox.core.registries import ENGINES
+from toolbox.serving.engine import (
+    Completion,
+    InferenceEngine,
+    PromptTooLongError,
+    RequestOutput,
+    SamplingParams,
+)
+from toolbox.serving.engines.detokenize import cut_at_stop
+from toolbox.serving.engines.loading import context_length, copy_weights_, eos_token_ids, resolve
+from toolbox.serving.sampling import check_params
+
+
+@ENGINES.register("hf")
+class HFEngine(InferenceEngine):
+    """transformers ``model.generate`` behind the engine interface.
+
+    Args:
+        model: a transformers causal LM (injected); None to load it from ``path``.
+        tokenizer: its tokenizer (injected); None to load it from ``path``.
+        path: a folder written by ``save_pretrained`` holding the model and the tokenizer.
+        dtype: dtype of a model loaded from ``path``.
+        device: where a model loaded from ``path`` goes ("auto": a GPU if one is visible; injected by
+            a run). A given model stays where it is.
+        batch_size: prompts per ``generate`` call (left-padded together).
+        max_model_len: longest prompt + completion; null: the model's max_position_embeddings.
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        path: str | None = None,
+        dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+        device: str = "auto",
+        batch_size: int = 32,
+        max_model_len: int | None = None,
+    ) -> None:
+        loaded = model is None
+        model, tokenizer = resolve(model, tokenizer, path, dtype, "hf")
+        if loaded:
+            from toolbox.core.device import resolve_device
+
+            model = model.to(resolve_device(device))
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size = max(1, batch_size)
+        self.max_model_len = context_length(model, tokenizer, max_model_len)
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
+
+    def _config(self, params: SamplingParams, prompt_len: int) -> Any:
+        from transformers import GenerationConfig
+
+        stop_ids = sorted(set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_ids)))
+        sample = params.temperature > 0
+        return GenerationConfig(
+            max_new_tokens=min(params.max_tokens, self.max_model_len - prompt_len),
+            do_sample=sample,
+            temperature=params.temperature if sample else None,
+            top_k=params.top_k if sample and params.top_k > 0 else None,
+            top_p=params.top_p if sample and params.top_p < 1.0 else None,
+            min_p=params.min_p if sample and params.min_p > 0 else None,
+            repetition_penalty=params.repetition_penalty if params.repetition_penalty != 1.0 else None,
+            num_return_sequences=params.n,
+            eos_token_id=stop_ids or None,
+            pad_token_id=self.pad_id,
+            stop_strings=list(params.stop) or None,
+            output_logits=params.logprobs,
+            return_dict_in_generate=True,
+        )
+
+    def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[RequestOutput]:
+        check_params([params])
+        ids = [self.encode_prompt(p) for p in prompts]
+        for p in ids:
+            if not p:
+                raise ValueError("the prompt is empty: give at least one token")
+            if len(p) >= self.max_model_len:
+                raise PromptTooLongError(
+                    f"the prompt has {len(p)} tokens, but the model's context is {self.max_model_len} tokens"
+                )
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.random.fork_rng(devices=[]), torch.inference_mode():
+                if params.seed is not None:
+                    torch.manual_seed(params.seed)
+                outputs: list[RequestOutput] = []
+                for start in range(0, len(ids), self.batch_size):
+                    outputs.extend(self._batch(ids[start : start + self.batch_size], params))
+        finally:
+            self.model.train(was_training)
+        return outputs
+
+    def _batch(self, prompts: list[list[int]], params: SamplingParams) -> list[RequestOutput]:
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        config = self._config(params, width)
+        out = self.model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=config,
+            tokenizer=self.tokenizer if params.stop else None,
+        )
+        new = out.sequences[:, width:].tolist()
+        logprobs = None
+        if params.logprobs:
+            steps = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # [rows, steps, V]
+            chosen = out.sequences[:, width:].to(steps.device)
+            logprobs = steps.gather(2, chosen.unsqueeze(-1)).squeeze(-1).tolist()
+        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_ids))
+        results = []
+        for i, prompt in enumerate(prompts):
+            completions = []
+            for j in range(params.n):
+                row = i * params.n + j
+                completions.append(
+                    self._completion(new[row], None if logprobs is None else logprobs[row], stop_ids, params)
+                )
+            results.append(RequestOutput(list(prompt), completions))
+        return results
+
+    def _completion(
+        self, tokens: list[int], logprobs: list[float] | None, stop_ids: set[int], params: SamplingParams
+    ) -> Completion:
+        finish = "length"
+        for k, t in enumerate(tokens):  # rows that ended early are padded after their stop id
+            if t in stop_ids:
+                tokens, finish = tokens[: k + 1], "stop"
+                break
+        body = tokens[:-1] if finish == "stop" else tokens
+        text = self.tokenizer.decode(body, skip_special_tokens=True)
+        if params.stop:
+            text, hit = cut_at_stop(text, params.stop)
+            if hit:
+                finish = "stop"
+                tokens = self._trim_to_stop_string(tokens, params.stop)
+        return Completion(
+            token_ids=tokens,
+            text=text,
+            finish_reason=finish,
+            logprobs=None if logprobs is None else logprobs[: len(tokens)],
+        )
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Copy new weights into the model in place (names as in its ``state_dict``)."""
+        copy_weights_(self.model, state_dict)
+
+    def _trim_to_stop_string(self, tokens: list[int], stop: Sequence[str]) -> list[int]:
+        """The shortest prefix of ``tokens`` whose text holds a stop string (rows run on after it)."""
+        for k in range(1, len(tokens) + 1):
+            if cut_at_stop(self.tokenizer.decode(tokens[:k], skip_special_tokens=True), stop)[1]:
+                return tokens[:k]
+        return tokens

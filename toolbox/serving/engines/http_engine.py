@@ -1,0 +1,343 @@
+"""``http``: any OpenAI-compatible server (vLLM, SGLang, ``toolbox serve``) behind the engine interface.
+
+``generate`` posts one ``/completions`` request per prompt (``max_concurrency`` at a time), ``chat``
+posts to ``/chat/completions``, ``stream`` reads the server-sent events of ``"stream": true``. Failed
+connections, timeouts and 429/5xx answers are retried with exponential backoff
+(``toolbox.core.retry``); other 4xx answers raise ``RemoteError`` with the server's message at once.
+
+The OpenAI API knows temperature, top_p, n, seed, stop, max_tokens and logprobs. The parameters
+beyond it (top_k, min_p, repetition_penalty, stop_token_ids, ignore_eos) and ``return_token_ids``
+(the generated ids, not only text) are vLLM/SGLang extensions, sent when ``extensions`` is on; with
+it off, a non-default extension parameter is an error, and token ids come from re-tokenizing the
+text with the local tokenizer (if one is given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from toolbox.core.registries import ENGINES
+from toolbox.core.retry import retry
+from toolbox.serving.engine import (
+    Completion,
+    EngineError,
+    InferenceEngine,
+    RequestOutput,
+    SamplingParams,
+    StreamDelta,
+)
+from toolbox.serving.sampling import check_params
+
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class RemoteError(EngineError):
+    """The server answered with an error status (after retries, for the retryable ones)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"server answered {status}: {message}")
+        self.status = status
+
+
+class _Retryable(Exception):
+    """A transient failure worth another try."""
+
+
+def _error_message(body: bytes | str) -> str:
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    try:
+        data = json.loads(text)
+        err = data.get("error", data) if isinstance(data, dict) else data
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or err)
+        return str(err)
+    except ValueError:
+        return text[:500]
+
+
+@ENGINES.register("http")
+class HTTPEngine(InferenceEngine):
+    """A client of an OpenAI-compatible server.
+
+    Args:
+        base_url: the server's API root, e.g. ``http://127.0.0.1:8000/v1``.
+        model_name: the ``model`` of every request; null: the first one ``GET /models`` lists.
+        api_key: sent as ``Authorization: Bearer ...`` (null: none).
+        tokenizer: the model's tokenizer (injected, optional): chat templates, token ids without
+            the extensions, ``encode_prompt``.
+        path: a tokenizer folder written by ``save_pretrained`` (when no tokenizer is injected).
+        timeout: seconds one request may take (reading a whole completion, or between two events
+            of a stream).
+        connect_timeout: seconds to open a connection.
+        max_retries: attempts per request, the first included.
+        retry_delay: seconds before the second attempt; doubled after every failure.
+        max_retry_delay: upper bound on one wait between attempts.
+        max_concurrency: requests in flight at once in ``generate``.
+        extensions: send vLLM/SGLang's extra parameters (top_k, min_p, repetition_penalty,
+            stop_token_ids, ignore_eos, return_token_ids).
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        model_name: str | None = None,
+        api_key: str | None = None,
+        tokenizer: Any = None,
+        path: str | None = None,
+        timeout: float = 120.0,
+        connect_timeout: float = 10.0,
+        max_retries: int = 4,
+        retry_delay: float = 0.5,
+        max_retry_delay: float = 8.0,
+        max_concurrency: int = 16,
+        extensions: bool = True,
+    ) -> None:
+        import httpx
+
+        if tokenizer is None and path is not None:
+            from toolbox.core.registries import TOKENIZERS
+
+            tokenizer = TOKENIZERS.build({"name": "pretrained", "path": path}, path="engine.path")
+        self.tokenizer = tokenizer
+        self.base_url = base_url.rstrip("/")
+        self.extensions = extensions
+        self.max_concurrency = max(1, max_concurrency)
+        self.max_retries = max(1, max_retries)
+        self.retry_delay, self.max_retry_delay = retry_delay, max_retry_delay
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(timeout=self._timeout, headers=self._headers)
+        self._model_name = model_name
+        self._retry = retry(
+            attempts=self.max_retries,
+            base_delay=retry_delay,
+            max_delay=max_retry_delay,
+            exceptions=(_Retryable,),
+        )
+
+    # plumbing ------------------------------------------------------------------------------------
+    def _request(self, method: str, route: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        import httpx
+
+        def once() -> dict[str, Any]:
+            try:
+                response = self._client.request(method, f"{self.base_url}{route}", json=body)
+            except httpx.TransportError as e:  # connection refused/reset, timeouts
+                raise _Retryable(f"{type(e).__name__}: {e}") from e
+            if response.status_code in RETRY_STATUS:
+                raise _Retryable(f"{response.status_code}: {_error_message(response.content)}")
+            if response.status_code >= 400:
+                raise RemoteError(response.status_code, _error_message(response.content))
+            return response.json()
+
+        try:
+            return self._retry(once)()
+        except _Retryable as e:
+            raise EngineError(
+                f"{method} {self.base_url}{route} failed after {self.max_retries} attempts: {e}"
+            ) from e
+
+    @property
+    def model_name(self) -> str:
+        if self._model_name is None:
+            models = self._request("GET", "/models").get("data", [])
+            if not models:
+                raise EngineError(f"{self.base_url}/models lists no model; set engine.model_name")
+            self._model_name = str(models[0]["id"])
+            if models[0].get("max_model_len"):
+                self.max_model_len = int(models[0]["max_model_len"])
+        return self._model_name
+
+    def _body(self, params: SamplingParams) -> dict[str, Any]:
+        check_params([params])
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "n": params.n,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+        extra = {
+            "top_k": (params.top_k, 0),
+            "min_p": (params.min_p, 0.0),
+            "repetition_penalty": (params.repetition_penalty, 1.0),
+            "stop_token_ids": (list(params.stop_token_ids), []),
+            "ignore_eos": (params.ignore_eos, False),
+        }
+        for key, (value, default) in extra.items():
+            if value != default:
+                if not self.extensions:
+                    raise ValueError(
+                        f"{key}={value!r} is not part of the OpenAI API; build the http engine with "
+                        f"extensions=true (vLLM and SGLang servers accept it)"
+                    )
+                body[key] = value
+        if self.extensions:
+            body["return_token_ids"] = True
+        return body
+
+    def _completion(self, choice: dict[str, Any], params: SamplingParams, chat: bool) -> Completion:
+        text = (choice["message"].get("content") or "") if chat else choice.get("text", "")
+        ids = choice.get("token_ids")
+        if ids is None:
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if self.tokenizer else []
+        logprobs = None
+        if params.logprobs and choice.get("logprobs"):
+            lp = choice["logprobs"]
+            if chat:
+                logprobs = [float(entry["logprob"]) for entry in lp.get("content") or []]
+            else:
+                logprobs = [float(x) for x in lp.get("token_logprobs") or []]
+        return Completion(
+            token_ids=[int(t) for t in ids],
+            text=text,
+            finish_reason=choice.get("finish_reason") or "length",
+            logprobs=logprobs,
+        )
+
+    def _output(
+        self, data: dict[str, Any], prompt_ids: list[int], params: SamplingParams, chat: bool
+    ) -> RequestOutput:
+        choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
+        if not prompt_ids and choices and choices[0].get("prompt_token_ids"):
+            prompt_ids = [int(t) for t in choices[0]["prompt_token_ids"]]
+        if not prompt_ids and data.get("prompt_token_ids"):
+            prompt_ids = [int(t) for t in data["prompt_token_ids"]]
+        return RequestOutput(prompt_ids, [self._completion(c, params, chat) for c in choices])
+
+    def _prompt(self, prompt: str | Sequence[int]) -> tuple[str | list[int], list[int]]:
+        if isinstance(prompt, str):
+            return prompt, (self.encode_prompt(prompt) if self.tokenizer is not None else [])
+        ids = [int(t) for t in prompt]
+        return ids, ids
+
+    def _completion_body(self, prompt: str | Sequence[int], params: SamplingParams) -> tuple[dict, list[int]]:
+        sent, ids = self._prompt(prompt)
+        body = self._body(params)
+        body["prompt"] = sent
+        if params.logprobs:
+            body["logprobs"] = 0 if self.extensions else 1
+        return body, ids
+
+    # the interface -------------------------------------------------------------------------------
+    def generate_one(self, prompt: str | Sequence[int], params: SamplingParams) -> RequestOutput:
+        body, ids = self._completion_body(prompt, params)
+        return self._output(self._request("POST", "/completions", body), ids, params, chat=False)
+
+    def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[RequestOutput]:
+        self.model_name  # noqa: B018  (resolve once, before the threads)
+        if len(prompts) <= 1:
+            return [self.generate_one(p, params) for p in prompts]
+        with ThreadPoolExecutor(min(self.max_concurrency, len(prompts))) as pool:
+            return list(pool.map(lambda p: self.generate_one(p, params), prompts))
+
+    def chat(
+        self, conversations: Sequence[list[dict[str, str]]], params: SamplingParams
+    ) -> list[RequestOutput]:
+        """``/chat/completions``: the server applies its chat template."""
+
+        def one(messages: list[dict[str, str]]) -> RequestOutput:
+            body = self._body(params)
+            body["messages"] = messages
+            if params.logprobs:
+                body["logprobs"] = True
+            return self._output(self._request("POST", "/chat/completions", body), [], params, chat=True)
+
+        self.model_name  # noqa: B018
+        with ThreadPoolExecutor(max(1, min(self.max_concurrency, len(conversations)))) as pool:
+            return list(pool.map(one, conversations))
+
+    async def generate_async(self, prompt: str | Sequence[int], params: SamplingParams) -> RequestOutput:
+        import httpx
+
+        body, ids = self._completion_body(prompt, params)
+        async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
+            for attempt in range(self.max_retries):
+                try:
+                    response = await client.post(f"{self.base_url}/completions", json=body)
+                    if response.status_code not in RETRY_STATUS:
+                        break
+                    failure = f"{response.status_code}: {_error_message(response.content)}"
+                except httpx.TransportError as e:
+                    failure = f"{type(e).__name__}: {e}"
+                if attempt == self.max_retries - 1:
+                    raise EngineError(
+                        f"POST {self.base_url}/completions failed after {self.max_retries} attempts: {failure}"
+                    )
+                await asyncio.sleep(self._delay(attempt))
+            if response.status_code >= 400:
+                raise RemoteError(response.status_code, _error_message(response.content))
+            return self._output(response.json(), ids, params, chat=False)
+
+    async def stream(self, prompt: str | Sequence[int], params: SamplingParams) -> AsyncIterator[StreamDelta]:
+        """Server-sent events of ``"stream": true``; a connection is retried until the first event."""
+        import httpx
+
+        body, _ = self._completion_body(prompt, params)
+        body["stream"] = True
+        async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
+            for attempt in range(self.max_retries):
+                try:
+                    async with client.stream("POST", f"{self.base_url}/completions", json=body) as response:
+                        if response.status_code in RETRY_STATUS:
+                            failure = f"{response.status_code}: {_error_message(await response.aread())}"
+                        elif response.status_code >= 400:
+                            raise RemoteError(response.status_code, _error_message(await response.aread()))
+                        else:
+                            async for delta in self._events(response, params):
+                                yield delta
+                            return
+                except httpx.TransportError as e:
+                    failure = f"{type(e).__name__}: {e}"
+                if attempt == self.max_retries - 1:
+                    raise EngineError(
+                        f"POST {self.base_url}/completions failed after {self.max_retries} attempts: {failure}"
+                    )
+                await asyncio.sleep(self._delay(attempt))
+
+    async def _events(self, response: Any, params: SamplingParams) -> AsyncIterator[StreamDelta]:
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[len("data:") :].strip()
+            if payload == "[DONE]":
+                return
+            data = json.loads(payload)
+            if "error" in data:
+                raise RemoteError(int(data["error"].get("code") or 500), _error_message(payload))
+            for choice in data.get("choices", []):
+                text = choice.get("text", "")
+                ids = choice.get("token_ids")
+                if ids is None:
+                    ids = (
+                        list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+                        if self.tokenizer
+                        else []
+                    )
+                logprobs = None
+                if params.logprobs and choice.get("logprobs"):
+                    logprobs = [float(x) for x in choice["logprobs"].get("token_logprobs") or []]
+                yield StreamDelta(
+                    int(choice.get("index", 0)),
+                    [int(t) for t in ids],
+                    text,
+                    choice.get("finish_reason"),
+                    logprobs,
+                )
+
+    def _delay(self, attempt: int) -> float:
+        return min(self.max_retry_delay, self.retry_delay * 2**attempt) * (1 + 0.1 * random.random())
+
+    def shutdown(self) -> None:
+        self._client.close()

@@ -1,0 +1,301 @@
+"""The model side of the torch engine: a slot KV cache and a lean forward for Llama-family models.
+
+``SlotRunner`` keeps one preallocated key/value cache per layer, ``[slots, kv_heads, capacity,
+head_dim]``; the sequence in slot ``s`` holds its first ``length[s]`` positions there, at their true
+positions (no padding), so every sequence of a batch sees exactly what it would see alone. The
+running sequences occupy slots ``0 .. B-1`` (the scheduler keeps them packed), so one decode step
+reads the cache through views, with a ``[B, 1, 1, L]`` mask hiding each row's unused tail.
+
+The forward reuses the model's own modules (embedding, norms, projections, rotary embedding, MLP,
+head), so the numbers are the model's, and only orchestrates them around the cache, skipping
+transformers' per-call machinery (mask building, cache objects, output classes). Families with the
+Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k norms).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from toolbox.core.errors import ConfigError
+
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class SlotRunner:
+    """Prefill and decode for a Llama-layout ``*ForCausalLM`` over a slot KV cache.
+
+    Args:
+        model: the causal LM (its modules are used as they are; ``update`` its weights in place).
+        max_slots: most sequences cached at once (the engine's max batch size).
+        max_model_len: longest sequence (prompt + completion) a slot holds.
+        initial_capacity: positions allocated per slot at first; doubled on demand up to
+            ``max_model_len``, so short requests do not pay for the longest.
+    """
+
+    def __init__(self, model: Any, max_slots: int, max_model_len: int, initial_capacity: int = 128) -> None:
+        config = model.config
+        model_type = getattr(config, "model_type", None)
+        if model_type not in SUPPORTED or not hasattr(model, "model") or not hasattr(model.model, "layers"):
+            raise ConfigError(
+                f"engine 'torch' runs Llama-layout models ({', '.join(SUPPORTED)}), not "
+                f"{model_type or type(model).__name__}; use engine=hf (transformers generate) for it."
+            )
+        window = getattr(config, "sliding_window", None)
+        if window and getattr(config, "use_sliding_window", True) and max_model_len > window:
+            raise ConfigError(
+                f"engine.max_model_len={max_model_len} exceeds the model's sliding window ({window}), "
+                f"which the torch engine does not implement; set engine.max_model_len<={window}."
+            )
+        self.model = model
+        self.inner = model.model
+        self.layers = list(self.inner.layers)
+        attn = self.layers[0].self_attn
+        self.head_dim = int(attn.head_dim)
+        self.num_heads = int(config.num_attention_heads)
+        self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
+        self.scaling = float(getattr(attn, "scaling", self.head_dim**-0.5))
+        self.gqa = self.num_kv_heads != self.num_heads
+        self.max_slots = max_slots
+        self.max_model_len = max_model_len
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.capacity = 0
+        self.k_cache: list[torch.Tensor] = []
+        self.v_cache: list[torch.Tensor] = []
+        self._positions = torch.arange(max_model_len, device=self.device)
+        self._slot_ids = torch.arange(max_slots, device=self.device)
+        self._head_ids = torch.arange(self.num_kv_heads, device=self.device)
+        self._sources = list(model.parameters())
+        self._version = -1
+        self._cached: list[_Layer] | None = None
+        self._final_norm: Any = None
+        self._head: tuple = ()
+        self._fast_norm = self.dtype == torch.float32 and all(
+            hasattr(n, "variance_epsilon") and type(n).__name__.endswith("RMSNorm")
+            for n in [
+                self.inner.norm,
+                *(
+                    x
+                    for layer in self.layers
+                    for x in (layer.input_layernorm, layer.post_attention_layernorm)
+                ),
+            ]
+        )
+        act = getattr(config, "hidden_act", None)
+        self._act = F.silu if act == "silu" else self.layers[0].mlp.act_fn
+        rotary = self.inner.rotary_emb
+        self._cos = self._sin = None
+        if getattr(rotary, "rope_type", "default") not in ("dynamic", "longrope"):
+            with torch.no_grad():
+                probe = torch.zeros(1, dtype=self.dtype, device=self.device)
+                cos, sin = self._signed(*rotary(probe, self._positions.unsqueeze(0)))
+            self._cos, self._sin = cos[0], sin[0]
+        self.ensure_capacity(min(initial_capacity, max_model_len))
+
+    # cache ---------------------------------------------------------------------------------------
+    def ensure_capacity(self, length: int) -> None:
+        """Make every slot hold at least ``length`` positions (doubling, capped at max_model_len)."""
+        if length <= self.capacity:
+            return
+        if length > self.max_model_len:
+            raise ValueError(f"a sequence of {length} tokens exceeds max_model_len={self.max_model_len}")
+        new = max(length, min(self.max_model_len, max(2 * self.capacity, 16)))
+        shape = (self.max_slots, self.num_kv_heads, new, self.head_dim)
+        k_new, v_new = [], []
+        for i in range(len(self.layers)):
+            k = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            v = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            if self.capacity:
+                k[:, :, : self.capacity].copy_(self.k_cache[i])
+                v[:, :, : self.capacity].copy_(self.v_cache[i])
+            k_new.append(k)
+            v_new.append(v)
+        self.k_cache, self.v_cache, self.capacity = k_new, v_new, new
+
+    def copy_slot(self, src: int, dst: int, length: int) -> None:
+        """Copy the first ``length`` cached positions of slot ``src`` into slot ``dst``."""
+        for k, v in zip(self.k_cache, self.v_cache, strict=True):
+            k[dst, :, :length].copy_(k[src, :, :length])
+            v[dst, :, :length].copy_(v[src, :, :length])
+
+    # weights -------------------------------------------------------------------------------------
+    def _weights(self) -> list[_Layer]:
+        """The tensors the forward uses, rebuilt when the model's parameters change.
+
+        q/k/v become one matrix and gate/up another (two matmuls per layer instead of five); the
+        rest are the model's own tensors. The parameters stay the source of truth: their version
+        counters (bumped by every in-place write: an optimizer step, ``load_state_dict``,
+        ``copy_``) tell when to rebuild. ``refresh()`` after replacing parameter objects.
+        """
+        version = sum(p._version for p in self._sources)
+        if self._cached is None or version != self._version:
+            self._cached, self._version = (
+                [_Layer.of(layer, self._fast_norm) for layer in self.layers],
+                version,
+            )
+            self._final_norm = _norm_of(self.inner.norm, self._fast_norm)
+            head = self.model.lm_head
+            self._head = (self.inner.embed_tokens.weight, head.weight, getattr(head, "bias", None))
+        return self._cached
+
+    def refresh(self) -> None:
+        """Forget the cached weights (call after assigning new parameter objects to the model)."""
+        self._sources = list(self.model.parameters())
+        self._cached = None
+
+    # forward -------------------------------------------------------------------------------------
+    def _rope_tables(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and a signed sin, ``[B, 1, T, D]``: ``rope(x) = x*cos + swap_halves(x)*sin_signed``.
+
+        ``swap_halves(x) * sin_signed`` equals transformers' ``rotate_half(x) * sin`` exactly. The
+        tables of position-independent rope types are computed once by the model's own module.
+        """
+        if self._cos is not None:
+            return self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
+        cos, sin = self._signed(*self.inner.rotary_emb(x, positions))
+        return cos.unsqueeze(1), sin.unsqueeze(1)
+
+    def _signed(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        half = self.head_dim // 2
+        return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+    def _layer(
+        self, i: int, w: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend
+    ) -> torch.Tensor:
+        """One decoder layer; ``attend(i, q, k, v)`` stores k/v in the cache and returns attention."""
+        b, t = x.shape[:2]
+        nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = F.linear(_apply_norm(w.norm1, x), w.w_qkv, w.b_qkv).view(b, t, nh + 2 * nkv, d)
+        v = qkv[:, :, nh + nkv :].transpose(1, 2)
+        if w.q_norm is not None:
+            qk = torch.cat((w.q_norm(qkv[:, :, :nh]), w.k_norm(qkv[:, :, nh : nh + nkv])), 2)
+        else:
+            qk = qkv[:, :, : nh + nkv]
+        qk = qk.transpose(1, 2)
+        swapped = qk.reshape(b, nh + nkv, t, 2, d // 2).flip(-2).reshape(b, nh + nkv, t, d)
+        qk = qk * cos + swapped * sin
+        o = attend(i, qk[:, :nh], qk[:, nh:], v)
+        x = x + F.linear(o.transpose(1, 2).reshape(b, t, nh * d), w.w_o, w.b_o)
+        gate, up = F.linear(_apply_norm(w.norm2, x), w.w_gu, w.b_gu).chunk(2, dim=-1)
+        return x + F.linear(self._act(gate) * up, w.w_down, w.b_down)
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        _, head, bias = self._head
+        return F.linear(_apply_norm(self._final_norm, x), head, bias)
+
+    def prefill(self, slots: list[int], prompts: list[list[int]]) -> torch.Tensor:
+        """Run the prompts (right-padded into one batch) into ``slots``; the last position's logits."""
+        lengths = [len(p) for p in prompts]
+        t = max(lengths)
+        self.ensure_capacity(t)
+        ids = torch.zeros((len(prompts), t), dtype=torch.long, device=self.device)
+        for i, p in enumerate(prompts):
+            ids[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+        slot_idx = torch.tensor(slots, dtype=torch.long, device=self.device)
+        weights = self._weights()
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            self.k_cache[i][slot_idx, :, :t] = k
+            self.v_cache[i][slot_idx, :, :t] = v
+            return F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=self.scaling, enable_gqa=self.gqa
+            )
+
+        x = F.embedding(ids, self._head[0])
+        cos, sin = self._rope_tables(x, self._positions[:t].unsqueeze(0))
+        for i, w in enumerate(weights):
+            x = self._layer(i, w, x, cos, sin, attend)
+        last = torch.tensor([n - 1 for n in lengths], device=self.device)
+        return self._logits(x[torch.arange(len(prompts), device=self.device), last])
+
+    def decode(
+        self, tokens: torch.Tensor, positions: torch.Tensor, max_position: int, min_position: int = -1
+    ) -> torch.Tensor:
+        """One step for the sequences in slots ``0 .. B-1``: ``tokens[b]`` sits at ``positions[b]``.
+
+        ``max_position`` / ``min_position`` are the extremes of ``positions`` (passed in to avoid a
+        device sync); when they are equal every row sees the same keys and no mask is needed.
+        Returns the next-token logits ``[B, V]``.
+        """
+        b = tokens.shape[0]
+        length = max_position + 1
+        self.ensure_capacity(length)
+        slot_idx = self._slot_ids[:b]
+        weights = self._weights()
+        mask = None
+        if min_position != max_position:
+            mask = (self._positions[:length].unsqueeze(0) <= positions.unsqueeze(1)).view(b, 1, 1, length)
+
+        # row (slot, head, position) of each new key/value in the cache seen as [slots*heads*capacity, D]
+        heads = self._head_ids
+        rows = (
+            (slot_idx.unsqueeze(1) * self.num_kv_heads + heads) * self.capacity + positions.unsqueeze(1)
+        ).view(-1)
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kc, vc = self.k_cache[i], self.v_cache[i]
+            kc.view(-1, self.head_dim).index_copy_(0, rows, k.reshape(-1, self.head_dim))
+            vc.view(-1, self.head_dim).index_copy_(0, rows, v.reshape(-1, self.head_dim))
+            return F.scaled_dot_product_attention(
+                q,
+                kc[:b, :, :length],
+                vc[:b, :, :length],
+                attn_mask=mask,
+                scale=self.scaling,
+                enable_gqa=self.gqa,
+            )
+
+        x = F.embedding(tokens.view(b, 1), self._head[0])
+        cos, sin = self._rope_tables(x, positions.view(b, 1))
+        for i, w in enumerate(weights):
+            x = self._layer(i, w, x, cos, sin, attend)
+        return self._logits(x[:, 0])
+
+
+def _norm_of(module: Any, fast: bool) -> Any:
+    """``(weight, eps)`` for ``F.rms_norm`` (bit-identical to the Llama RMSNorm in float32), else the module."""
+    return (module.weight, module.variance_epsilon) if fast else module
+
+
+def _apply_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    if type(norm) is tuple:
+        return F.rms_norm(x, (x.shape[-1],), norm[0], norm[1])
+    return norm(x)
+
+
+class _Layer:
+    """The tensors of one decoder layer as the forward uses them (see ``SlotRunner._weights``)."""
+
+    __slots__ = (
+        "norm1",
+        "w_qkv",
+        "b_qkv",
+        "q_norm",
+        "k_norm",
+        "w_o",
+        "b_o",
+        "norm2",
+        "w_gu",
+        "b_gu",
+        "w_down",
+        "b_down",
+    )
+
+    @classmethod
+    def of(cls, layer: Any, fast_norm: bool) -> _Layer:
+        a, m = layer.self_attn, layer.mlp
+        w = cls()
+        w.norm1 = _norm_of(layer.input_layernorm, fast_norm)
+        w.norm2 = _norm_of(layer.post_attention_layernorm, fast_norm)
+        w.w_qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+        w.b_qkv = None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+        w.q_norm = getattr(a, "q_norm", None)
+        w.k_norm = getattr(a, "k_norm", None)
+        w.w_o, w.b_o = a.o_proj.weight, a.o_proj.bias
+        w.w_gu = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+        w.b_gu = None if m.gate_proj.bias is None else torch.cat([m.gate_proj.bias, m.up_proj.bias])
+        w.w_down, w.b_down = m.down_proj.weight, m.down_proj.bias
+        return w

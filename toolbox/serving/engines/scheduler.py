@@ -1,0 +1,540 @@
+"""Continuous batching: requests join the running batch between decode steps and leave it when done.
+
+One background thread owns the model. Each iteration it
+
+1. drops cancelled requests (waiting or running);
+2. admits waiting requests, first come first served, while the batch has free slots (a request
+   with ``n`` completions takes ``n``) and the prefill budget lasts; their prompts are prefilled
+   together (one forward) and each completion samples its first token;
+3. runs one decode step for every running completion and samples the next tokens;
+4. hands each token to its request (streamed requests get a ``StreamDelta`` at once), finishes
+   completions that hit a stop id, a stop string, ``max_tokens`` or the context, and frees their
+   slots (the last running completion moves into the hole, so the batch stays packed).
+
+Callers talk to it through ``submit`` (thread-safe; raises ``QueueFullError`` when ``max_queue_size``
+requests are already waiting) and the returned ``RequestHandle``: ``result()`` blocks,
+``await wait()`` and ``async for delta in handle`` serve asyncio code, ``cancel()`` aborts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from toolbox.serving.engine import (
+    Completion,
+    EngineClosedError,
+    EngineError,
+    QueueFullError,
+    RequestOutput,
+    SamplingParams,
+    StreamDelta,
+)
+from toolbox.serving.engines.detokenize import IncrementalText
+from toolbox.serving.engines.runner import SlotRunner
+from toolbox.serving.sampling import (
+    SamplingTensors,
+    make_generator,
+    process_logits,
+    sample,
+    token_logprobs,
+)
+
+log = logging.getLogger(__name__)
+_END = object()
+
+
+def completion_seed(seed: int | None, index: int) -> int | None:
+    """The seed of completion ``index`` of a request seeded with ``seed`` (index 0 keeps ``seed``)."""
+    if seed is None or index == 0:
+        return seed
+    return (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9) % 2**63
+
+
+class RequestHandle:
+    """A submitted request: wait for its output, stream its deltas, or cancel it.
+
+    Created by ``submit``. When submitted from a running asyncio loop, ``wait()`` and ``async for``
+    are fed from the engine thread through that loop; ``result()`` works from any thread.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        cancel: Callable[[str], None],
+        stream: bool,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.stream = stream
+        self._cancel = cancel
+        self._event = threading.Event()
+        self._output: RequestOutput | None = None
+        self._error: BaseException | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._queue: asyncio.Queue | None = asyncio.Queue() if self._loop and stream else None
+        self._future: asyncio.Future | None = self._loop.create_future() if self._loop else None
+
+    # caller side -----------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def result(self, timeout: float | None = None) -> RequestOutput:
+        """Block until the request finishes; its output, or the error that ended it."""
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"request {self.request_id} did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._output is not None
+        return self._output
+
+    async def wait(self) -> RequestOutput:
+        """Await the output (cancelling the awaiting task cancels the request)."""
+        if self._future is None:
+            return await asyncio.to_thread(self.result)
+        try:
+            return await asyncio.shield(self._future)
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    async def __aiter__(self) -> AsyncIterator[StreamDelta]:
+        """The deltas as they are generated (only for ``stream=True`` handles made inside a loop)."""
+        if self._queue is None:
+            raise RuntimeError("iterate a handle submitted with stream=True from inside an asyncio loop")
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    break
+                yield item
+            if self._error is not None:
+                raise self._error
+        finally:
+            if not self.done:
+                self.cancel()
+
+    def cancel(self) -> None:
+        """Abort the request (no-op once it finished); its output ends with finish_reason "abort"."""
+        if not self.done:
+            self._cancel(self.request_id)
+
+    # engine side -----------------------------------------------------------------------------------
+    def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    def _emit(self, delta: StreamDelta) -> None:
+        if self._queue is not None:
+            self._call_in_loop(self._queue.put_nowait, delta)
+
+    def _resolve(self) -> None:  # runs in the caller's loop
+        if self._future is not None and not self._future.done():
+            if self._error is not None:
+                self._future.set_exception(self._error)
+                self._future.exception()  # mark retrieved: a stream consumer may never await it
+            else:
+                self._future.set_result(self._output)
+        if self._queue is not None:
+            self._queue.put_nowait(_END)
+
+    def _finish(self, output: RequestOutput | None, error: BaseException | None = None) -> None:
+        if self._event.is_set():
+            return
+        self._output, self._error = output, error
+        self._event.set()
+        self._call_in_loop(self._resolve)
+
+
+@dataclass(eq=False)
+class _Request:
+    id: str
+    prompt: list[int]
+    params: SamplingParams
+    handle: RequestHandle
+    stop_ids: frozenset[int]
+    limit: int  # most tokens per completion: max_tokens, capped by the context
+    needs_text: bool
+    seqs: list[_Seq] = field(default_factory=list)
+    unfinished: int = 0
+
+
+@dataclass(eq=False)
+class _Seq:
+    request: _Request
+    index: int
+    generator: torch.Generator | None
+    text: IncrementalText | None
+    cache_len: int = 0
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+class ContinuousBatcher:
+    """The scheduler thread of the torch engine (see the module docstring).
+
+    Args:
+        runner: the model with its slot KV cache.
+        tokenizer: decodes completions and stop strings.
+        eos_ids: the ids that end a completion unless ``ignore_eos``.
+        max_batch_size: most completions decoded together (the runner's slots).
+        max_queue_size: most requests waiting for a slot; one more raises ``QueueFullError``.
+        max_prefill_tokens: prompt tokens (padded) prefilled in one iteration, so that long prompts
+            do not stall the running batch for long; at least one request is always admitted.
+        logprobs_mode: "raw" (log_softmax of the model's logits, as vLLM) or "processed" (of the
+            logits after penalty, temperature and top-k/top-p/min-p).
+        seed: seeds the generator of requests that carry no seed of their own.
+    """
+
+    def __init__(
+        self,
+        runner: SlotRunner,
+        tokenizer: Any,
+        eos_ids: frozenset[int],
+        max_batch_size: int,
+        max_queue_size: int,
+        max_prefill_tokens: int,
+        logprobs_mode: str = "raw",
+        seed: int = 0,
+    ) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.max_batch_size = max_batch_size
+        self.max_queue_size = max_queue_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.logprobs_mode = logprobs_mode
+        self.generator = torch.Generator(device=runner.device)
+        self.generator.manual_seed(seed)
+        self.step_lock = threading.RLock()  # held while the model runs; update_weights takes it
+        self._cv = threading.Condition()
+        self._waiting: deque[_Request] = deque()
+        self._aborts: set[str] = set()
+        self._running: list[_Seq] = []
+        self._requests: dict[str, _Request] = {}
+        self._idle = threading.Event()  # set while no request is waiting or running
+        self._idle.set()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._ids = itertools.count()
+        self._tensors: SamplingTensors | None = None  # of the running batch; None when it changed
+
+    # submission (any thread) -------------------------------------------------------------------------
+    def submit(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str | None,
+        stream: bool,
+        bypass_queue_limit: bool = False,
+    ) -> RequestHandle:
+        request_id = request_id or f"req-{next(self._ids)}"
+        handle = RequestHandle(request_id, prompt, self.abort, stream)
+        stop_ids = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stop_ids |= self.eos_ids
+        request = _Request(
+            id=request_id,
+            prompt=prompt,
+            params=params,
+            handle=handle,
+            stop_ids=frozenset(stop_ids),
+            limit=min(params.max_tokens, self.runner.max_model_len - len(prompt)),
+            needs_text=stream or bool(params.stop),
+        )
+        if params.n > self.max_batch_size:
+            raise ValueError(f"n={params.n} exceeds the engine's max_batch_size={self.max_batch_size}")
+        with self._cv:
+            if self._closed:
+                raise EngineClosedError("the engine is shut down")
+            if request_id in self._requests:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            if not bypass_queue_limit and len(self._waiting) >= self.max_queue_size:
+                raise QueueFullError(
+                    f"{len(self._waiting)} requests are already waiting (engine max_queue_size="
+                    f"{self.max_queue_size}); retry later"
+                )
+            self._requests[request_id] = request
+            self._idle.clear()
+            self._waiting.append(request)
+            self._start()
+            self._cv.notify()
+        return handle
+
+    def abort(self, request_id: str) -> None:
+        with self._cv:
+            if request_id in self._requests:
+                self._aborts.add(request_id)
+                self._cv.notify()
+
+    def stats(self) -> dict[str, int]:
+        with self._cv:
+            return {
+                "waiting": len(self._waiting),
+                "running": len(self._running),
+                "max_batch_size": self.max_batch_size,
+                "max_queue_size": self.max_queue_size,
+            }
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Block until every submitted request has finished (or ``timeout``); True when idle."""
+        return self._idle.wait(timeout)
+
+    def _forget(self, request: _Request) -> None:
+        """Drop a finished request from the table (the caller holds the lock)."""
+        self._requests.pop(request.id, None)
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="toolbox-torch-engine", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread; requests not finished end with ``EngineClosedError``."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        error = EngineClosedError("the engine was shut down before the request finished")
+        with self._cv:
+            for request in list(self._requests.values()):
+                request.handle._finish(None, error)
+            self._requests.clear()
+            self._waiting.clear()
+            self._running = []
+            self._idle.set()
+
+    # the loop (engine thread) ------------------------------------------------------------------------
+    def _loop(self) -> None:
+        with torch.inference_mode():
+            while True:
+                with self._cv:
+                    while not self._closed and not (self._waiting or self._running or self._aborts):
+                        self._cv.wait()
+                    if self._closed:
+                        return
+                    aborts, self._aborts = self._aborts, set()
+                    admitted = self._admit(aborts)
+                try:
+                    with self.step_lock:
+                        self._drop(aborts)
+                        if admitted:
+                            self._prefill(admitted)
+                            self._retire()
+                        if self._running:
+                            self._decode()
+                            self._retire()
+                except Exception as e:  # the model failed: fail what is in flight, keep serving
+                    log.exception("torch engine step failed")
+                    self._fail_in_flight(EngineError(f"generation failed: {type(e).__name__}: {e}"))
+                with self._cv:
+                    if not self._requests:  # everything finished and retired
+                        self._idle.set()
+
+    def _admit(self, aborts: set[str]) -> list[_Request]:
+        free = self.max_batch_size - len(self._running)
+        budget = self.max_prefill_tokens
+        admitted: list[_Request] = []
+        longest = 0
+        while self._waiting:
+            request = self._waiting[0]
+            if request.id in aborts:
+                self._waiting.popleft()
+                continue  # dropped by _drop
+            longest_if = max(longest, len(request.prompt))
+            if request.params.n > free or (admitted and longest_if * (len(admitted) + 1) > budget):
+                break
+            self._waiting.popleft()
+            admitted.append(request)
+            free -= request.params.n
+            longest = longest_if
+        return admitted
+
+    def _drop(self, aborts: set[str]) -> None:
+        for request_id in aborts:
+            request = self._requests.get(request_id)
+            if request is None:
+                continue
+            with self._cv:
+                if request in self._waiting:
+                    self._waiting.remove(request)
+            if not request.seqs:  # never admitted
+                empty = Completion([], "", "abort", [] if request.params.logprobs else None)
+                request.handle._finish(RequestOutput(request.prompt, [empty] * request.params.n))
+                with self._cv:
+                    self._forget(request)
+                continue
+            for seq in request.seqs:
+                if seq.finish_reason is None:
+                    self._finish_seq(seq, "abort")
+        self._retire()
+
+    def _fail_in_flight(self, error: BaseException) -> None:
+        """End the requests of the failed step (running or just admitted); waiting ones stay."""
+        with self._cv:
+            waiting = {id(r) for r in self._waiting}
+            requests = [r for r in self._requests.values() if id(r) not in waiting]
+        self._running = []
+        self._tensors = None
+        for request in requests:
+            request.handle._finish(None, error)
+        with self._cv:
+            for request in requests:
+                self._forget(request)
+
+    # model steps -------------------------------------------------------------------------------------
+    def _prefill(self, admitted: list[_Request]) -> None:
+        base = len(self._running)
+        slots, rows, seqs = [], [], []
+        for r, request in enumerate(admitted):
+            slots.append(base + len(seqs))
+            for i in range(request.params.n):
+                text = IncrementalText(self.tokenizer, request.params.stop) if request.needs_text else None
+                seq = _Seq(
+                    request,
+                    i,
+                    make_generator(completion_seed(request.params.seed, i), self.runner.device),
+                    text,
+                    len(request.prompt),
+                )
+                request.seqs.append(seq)
+                seqs.append(seq)
+                rows.append(r)
+            request.unfinished = request.params.n
+        logits = self.runner.prefill(slots, [request.prompt for request in admitted])
+        for request, slot in zip(admitted, slots, strict=True):
+            for i in range(1, request.params.n):
+                self.runner.copy_slot(slot, slot + i, len(request.prompt))
+        if len(rows) != len(admitted):
+            logits = logits[torch.tensor(rows, device=logits.device)]
+        tensors = SamplingTensors.from_params([s.request.params for s in seqs], device=logits.device)
+        self._running.extend(seqs)
+        self._tensors = None
+        self._sample_and_append(logits, seqs, tensors, decoded=False)
+
+    def _decode(self) -> None:
+        seqs = self._running
+        device = self.runner.device
+        tokens = torch.tensor([s.tokens[-1] for s in seqs], dtype=torch.long, device=device)
+        positions = [s.cache_len for s in seqs]
+        logits = self.runner.decode(
+            tokens, torch.tensor(positions, device=device), max(positions), min(positions)
+        )
+        if self._tensors is None:
+            self._tensors = SamplingTensors.from_params([s.request.params for s in seqs], device=device)
+        self._sample_and_append(logits, seqs, self._tensors, decoded=True)
+
+    def _sample_and_append(
+        self, logits: torch.Tensor, seqs: list[_Seq], t: SamplingTensors, decoded: bool
+    ) -> None:
+        history = None
+        if t.any_penalty:
+            history = [
+                s.request.prompt + s.tokens if s.request.params.repetition_penalty != 1.0 else None
+                for s in seqs
+            ]
+        processed = process_logits(logits, t, history)
+        generators = None if t.all_greedy else [s.generator for s in seqs]
+        tokens = sample(processed, t, generators, self.generator)
+        logprobs = None
+        if t.any_logprobs:
+            source = logits if self.logprobs_mode == "raw" else processed
+            logprobs = token_logprobs(source, tokens).tolist()
+        if decoded:
+            for seq in seqs:
+                seq.cache_len += 1
+        if logprobs is None:
+            for seq, token in zip(seqs, tokens.tolist(), strict=True):
+                self._append(seq, token, None)
+        else:
+            for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs, strict=True):
+                self._append(seq, token, logprob)
+
+    def _append(self, seq: _Seq, token: int, logprob: float | None) -> None:
+        request = seq.request
+        seq.tokens.append(token)
+        if request.params.logprobs:
+            seq.logprobs.append(logprob)  # type: ignore[arg-type]
+        reason = None
+        if token in request.stop_ids:
+            reason = "stop"
+        elif seq.text is not None and seq.text.push(token):
+            reason = "stop"
+        elif len(seq.tokens) >= request.limit:
+            reason = "length"
+        if reason is not None:
+            self._finish_seq(seq, reason)
+        elif request.handle.stream:
+            piece = seq.text.take() if seq.text is not None else ""
+            request.handle._emit(
+                StreamDelta(seq.index, [token], piece, None, [logprob] if request.params.logprobs else None)
+            )
+
+    def _finish_seq(self, seq: _Seq, reason: str) -> None:
+        request = seq.request
+        seq.finish_reason = reason
+        request.unfinished -= 1
+        if request.handle.stream:
+            assert seq.text is not None
+            seq.text.finish()
+            last = [seq.tokens[-1]] if seq.tokens and reason != "abort" else []
+            lp = seq.logprobs[-1:] if request.params.logprobs and last else None
+            request.handle._emit(StreamDelta(seq.index, last, seq.text.take(final=True), reason, lp))
+        if request.unfinished == 0:
+            self._complete(request)
+
+    def _complete(self, request: _Request) -> None:
+        completions = []
+        for seq in request.seqs:
+            if seq.text is not None:
+                seq.text.finish()
+                text = seq.text.text
+            else:
+                ids = seq.tokens[:-1] if seq.tokens and seq.tokens[-1] in request.stop_ids else seq.tokens
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            completions.append(
+                Completion(
+                    token_ids=list(seq.tokens),
+                    text=text,
+                    finish_reason=seq.finish_reason or "abort",
+                    logprobs=list(seq.logprobs) if request.params.logprobs else None,
+                )
+            )
+        request.handle._finish(RequestOutput(list(request.prompt), completions))
+        with self._cv:
+            self._forget(request)
+
+    def _retire(self) -> None:
+        """Remove finished completions, moving the last running ones into the freed slots."""
+        running = self._running
+        if all(s.finish_reason is None for s in running):
+            return
+        keep = [s for s in running if s.finish_reason is None]
+        # fill each hole below len(keep) with a survivor from above it
+        holes = [i for i in range(len(keep)) if running[i].finish_reason is not None]
+        movers = [i for i in range(len(keep), len(running)) if running[i].finish_reason is None]
+        packed = running[: len(keep)]
+        for hole, src in zip(holes, movers, strict=True):
+            self.runner.copy_slot(src, hole, running[src].cache_len)
+            packed[hole] = running[src]
+        self._running = packed
+        self._tensors = None

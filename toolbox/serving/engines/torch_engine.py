@@ -1,0 +1,195 @@
+"""``torch``: our engine for Hugging Face Llama-family causal LMs, with continuous batching.
+
+Offline (RL rollouts, evaluation)::
+
+    engine = ENGINES.build({"name": "torch", "max_batch_size": 64}, model=model, tokenizer=tok)
+    outs = engine.generate(["1+2=", "3+4="], SamplingParams(max_tokens=8, temperature=0))
+
+Online (a server: submit from the event loop, stream, cancel on disconnect)::
+
+    handle = engine.submit(prompt, params)          # QueueFullError -> 429/503, ValueError -> 400
+    async for delta in handle:                      # StreamDelta per token; leaving the loop early
+        ...                                         # (or handle.cancel()) aborts the request
+    output = await engine.submit(prompt, params, stream=False).wait()
+
+Every call goes through one scheduler thread (``scheduler.ContinuousBatcher``): requests submitted at
+any time join the running batch at the next step and leave it when they finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+
+import torch
+
+from toolbox.core.errors import ConfigError
+from toolbox.core.registries import ENGINES
+from toolbox.serving.engine import InferenceEngine, RequestOutput, SamplingParams, StreamDelta
+from toolbox.serving.engines.loading import context_length, copy_weights_, eos_token_ids, resolve
+from toolbox.serving.engines.runner import SlotRunner
+from toolbox.serving.engines.scheduler import ContinuousBatcher, RequestHandle
+from toolbox.serving.sampling import check_params
+
+
+@ENGINES.register("torch")
+class TorchEngine(InferenceEngine):
+    """Our engine: slot KV cache, batched prefill and decode, continuous batching, in-place weights.
+
+    Build it with a model and tokenizer (``ENGINES.build(spec, model=..., tokenizer=...)``; the model
+    is used as it is, shared with a trainer if you like) or from ``path`` (a ``save_pretrained``
+    folder). Greedy output equals transformers ``generate``.
+
+    Args:
+        model: a Llama-family ``*ForCausalLM`` (injected); None to load it from ``path``.
+        tokenizer: its tokenizer (injected); None to load it from ``path``.
+        path: a folder written by ``save_pretrained`` holding the model and the tokenizer.
+        dtype: dtype of a model loaded from ``path`` (a given model keeps its own).
+        device: where a model loaded from ``path`` goes ("auto": a GPU if one is visible; injected by
+            a run). A given model stays where it is.
+        max_batch_size: most completions decoded together (KV cache slots).
+        max_queue_size: most requests waiting for a slot; one more raises ``QueueFullError``.
+        max_model_len: longest prompt + completion; null: the model's max_position_embeddings.
+        max_prefill_tokens: padded prompt tokens prefilled per scheduler step.
+        logprobs_mode: "raw": log_softmax of the model's logits (as vLLM); "processed": after
+            repetition penalty, temperature and top-k/top-p/min-p.
+        seed: seeds sampling for requests that carry no seed.
+        num_threads: torch intra-op threads (null: leave torch's setting).
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        path: str | None = None,
+        dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+        device: str = "auto",
+        max_batch_size: int = 32,
+        max_queue_size: int = 256,
+        max_model_len: int | None = None,
+        max_prefill_tokens: int = 4096,
+        logprobs_mode: Literal["raw", "processed"] = "raw",
+        seed: int = 0,
+        num_threads: int | None = None,
+    ) -> None:
+        if max_batch_size < 1 or max_queue_size < 0 or max_prefill_tokens < 1:
+            raise ConfigError(
+                "engine.max_batch_size and engine.max_prefill_tokens must be >= 1, engine.max_queue_size >= 0."
+            )
+        loaded = model is None
+        model, tokenizer = resolve(model, tokenizer, path, dtype, "torch")
+        if loaded:
+            from toolbox.core.device import resolve_device
+
+            model = model.to(resolve_device(device))
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_model_len = context_length(model, tokenizer, max_model_len)
+        self.runner = SlotRunner(model, max_batch_size, self.max_model_len)
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.batcher = ContinuousBatcher(
+            self.runner,
+            tokenizer,
+            self.eos_ids,
+            max_batch_size=max_batch_size,
+            max_queue_size=max_queue_size,
+            max_prefill_tokens=max_prefill_tokens,
+            logprobs_mode=logprobs_mode,
+            seed=seed,
+        )
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+
+    # requests ----------------------------------------------------------------------------------------
+    def _check_prompt(self, ids: list[int]) -> list[int]:
+        from toolbox.serving.engine import PromptTooLongError
+
+        if not ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"the prompt has {len(ids)} tokens, but the model's context is {self.max_model_len} "
+                f"tokens (prompt + completion); shorten the prompt"
+            )
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (size {self.vocab_size})")
+        return ids
+
+    def submit(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        stream: bool = True,
+        _bypass_queue_limit: bool = False,
+    ) -> RequestHandle:
+        """Queue one request (thread-safe); it joins the running batch at the next step.
+
+        Raises ``QueueFullError`` when ``max_queue_size`` requests wait, ``PromptTooLongError`` /
+        ``ValueError`` for a prompt or parameters the engine cannot serve. With ``stream=True`` and
+        a running event loop, ``async for delta in handle`` yields a ``StreamDelta`` per token.
+        """
+        check_params([params])
+        ids = self._check_prompt(self.encode_prompt(prompt))
+        return self.batcher.submit(ids, params, request_id, stream, bypass_queue_limit=_bypass_queue_limit)
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request by id (no-op if it already finished)."""
+        self.batcher.abort(request_id)
+
+    def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (all are queued at once; the queue limit does not apply)."""
+        check_params([params])
+        ids = [self._check_prompt(self.encode_prompt(p)) for p in prompts]
+        handles = []
+        try:
+            for p in ids:
+                handles.append(self.batcher.submit(p, params, None, stream=False, bypass_queue_limit=True))
+            return [h.result() for h in handles]
+        except BaseException:
+            for h in handles:
+                h.cancel()
+            raise
+
+    async def generate_async(
+        self, prompt: str | Sequence[int], params: SamplingParams, request_id: str | None = None
+    ) -> RequestOutput:
+        """Generate for one prompt; cancelling the awaiting task cancels the request."""
+        return await self.submit(prompt, params, request_id=request_id, stream=False).wait()
+
+    async def stream(
+        self, prompt: str | Sequence[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[StreamDelta]:
+        """A ``StreamDelta`` per generated token; closing the iterator early cancels the request."""
+        handle = self.submit(prompt, params, request_id=request_id, stream=True)
+        try:
+            async for delta in handle:
+                yield delta
+        finally:
+            handle.cancel()
+
+    # weights and lifecycle -----------------------------------------------------------------------------
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Copy new weights into the model in place, between two decode steps.
+
+        Keys are the model's ``state_dict`` names (a ``module.`` or ``_orig_mod.`` prefix from DDP or
+        ``torch.compile`` is stripped); a subset is fine (e.g. only the trained parameters).
+        """
+        with self.batcher.step_lock:
+            copy_weights_(self.model, state_dict)
+            self.runner.refresh()
+
+    def stats(self) -> dict[str, int]:
+        """``waiting`` and ``running`` requests now, and the limits (for a server's metrics)."""
+        return self.batcher.stats()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every request in flight has finished (a server's graceful shutdown)."""
+        return self.batcher.drain(timeout)
+
+    def shutdown(self) -> None:
+        self.batcher.close()

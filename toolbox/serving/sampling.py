@@ -1,0 +1,200 @@
+"""Logits processing and sampling for a batch whose rows have their own sampling parameters.
+
+One step of generation turns the model's next-token logits ``[B, V]`` into ``B`` tokens:
+
+1. repetition penalty (HF semantics: a seen token's logit is divided by the penalty when positive,
+   multiplied when negative; "seen" = prompt + generated so far);
+2. temperature (``0`` means greedy: the row takes the argmax and skips the rest);
+3. top-k, then top-p (the smallest set of tokens whose probability reaches ``top_p``), then min-p
+   (drop tokens less likely than ``min_p`` times the most likely one);
+4. a draw from the remaining distribution. A row with a ``seed`` draws from its own
+   ``torch.Generator``, so its output does not depend on what else is in the batch.
+
+The draw uses the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` i.i.d., which picks token ``i``
+with probability ``p_i`` and lets each row take its noise from its own generator.
+
+Log-probs (``token_logprobs``) are ``log_softmax`` of the raw logits by default (what vLLM returns),
+or of the processed logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from toolbox.serving.engine import SamplingParams
+
+
+def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator | None:
+    """A generator seeded with ``seed`` (``None``: no generator, the draw uses the engine's)."""
+    if seed is None:
+        return None
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed) % 2**63)
+    return g
+
+
+@dataclass
+class SamplingTensors:
+    """The sampling parameters of a batch, one row per sequence, as tensors."""
+
+    temperature: torch.Tensor  # [B] float; 0 = greedy
+    top_k: torch.Tensor  # [B] long; 0 = off
+    top_p: torch.Tensor  # [B] float; 1 = off
+    min_p: torch.Tensor  # [B] float; 0 = off
+    repetition_penalty: torch.Tensor  # [B] float; 1 = off
+    greedy: torch.Tensor  # [B] bool
+    all_greedy: bool
+    any_top_k: bool
+    any_top_p: bool
+    any_min_p: bool
+    any_penalty: bool
+    any_logprobs: bool
+
+    @classmethod
+    def from_params(
+        cls, params: Sequence[SamplingParams], device: str | torch.device = "cpu"
+    ) -> SamplingTensors:
+        check_params(params)
+        temperature = torch.tensor([float(p.temperature) for p in params], dtype=torch.float32, device=device)
+        top_k = torch.tensor([int(p.top_k) for p in params], dtype=torch.long, device=device)
+        top_p = torch.tensor([float(p.top_p) for p in params], dtype=torch.float32, device=device)
+        min_p = torch.tensor([float(p.min_p) for p in params], dtype=torch.float32, device=device)
+        penalty = torch.tensor(
+            [float(p.repetition_penalty) for p in params], dtype=torch.float32, device=device
+        )
+        greedy = temperature <= 0
+        return cls(
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            repetition_penalty=penalty,
+            greedy=greedy,
+            all_greedy=bool(greedy.all()),
+            any_top_k=any(p.top_k > 0 for p in params),
+            any_top_p=any(p.top_p < 1.0 for p in params),
+            any_min_p=any(p.min_p > 0.0 for p in params),
+            any_penalty=any(p.repetition_penalty != 1.0 for p in params),
+            any_logprobs=any(p.logprobs for p in params),
+        )
+
+
+def check_params(params: Sequence[SamplingParams]) -> None:
+    """Reject values no sampler can honour, naming the parameter (a server answers 400)."""
+    for p in params:
+        if p.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {p.temperature}")
+        if not 0.0 < p.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {p.top_p}")
+        if p.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {p.top_k}")
+        if not 0.0 <= p.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {p.min_p}")
+        if p.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {p.repetition_penalty}")
+        if p.n < 1:
+            raise ValueError(f"n must be >= 1, got {p.n}")
+        if p.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {p.max_tokens}")
+
+
+# the processors -----------------------------------------------------------------------------------
+def apply_repetition_penalty(
+    logits: torch.Tensor, history: Sequence[Sequence[int] | None], penalty: torch.Tensor
+) -> torch.Tensor:
+    """HF's repetition penalty over the tokens in ``history[i]`` (prompt + generated) of each row."""
+    out = logits.clone()
+    for i, ids in enumerate(history):
+        p = float(penalty[i])
+        if p == 1.0 or not ids:
+            continue
+        idx = torch.tensor(sorted(set(ids)), dtype=torch.long, device=logits.device)
+        seen = out[i, idx]
+        out[i, idx] = torch.where(seen > 0, seen / p, seen * p)
+    return out
+
+
+def apply_temperature(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """Divide each row by its temperature (rows with temperature 0 are left as they are)."""
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    return logits / t.unsqueeze(1)
+
+
+def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Keep the ``top_k[i]`` largest logits of row ``i`` (ties at the boundary are kept); 0 = all."""
+    vocab = logits.shape[-1]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
+    kth = logits.sort(dim=-1, descending=True).values.gather(1, (k - 1).unsqueeze(1))
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def apply_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches ``top_p`` (at least one)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # probability mass strictly ahead of each token
+    drop_sorted = before >= top_p.unsqueeze(1)
+    drop_sorted[:, 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Drop tokens whose probability is below ``min_p[i]`` times the row's largest probability."""
+    probs = logits.softmax(dim=-1)
+    threshold = probs.max(dim=-1, keepdim=True).values * min_p.unsqueeze(1)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def process_logits(
+    logits: torch.Tensor, t: SamplingTensors, history: Sequence[Sequence[int] | None] | None = None
+) -> torch.Tensor:
+    """Penalty, temperature, top-k, top-p, min-p: the logits a row samples from (float32)."""
+    logits = logits.float()
+    if t.any_penalty:
+        if history is None:
+            raise ValueError("repetition_penalty needs the token history of every row")
+        logits = apply_repetition_penalty(logits, history, t.repetition_penalty)
+    if t.all_greedy:
+        return logits
+    logits = apply_temperature(logits, t.temperature)
+    if t.any_top_k:
+        logits = apply_top_k(logits, t.top_k)
+    if t.any_top_p:
+        logits = apply_top_p(logits, t.top_p)
+    if t.any_min_p:
+        logits = apply_min_p(logits, t.min_p)
+    return logits
+
+
+def sample(
+    processed: torch.Tensor,
+    t: SamplingTensors,
+    generators: Sequence[torch.Generator | None] | None = None,
+    default_generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token per row: argmax for greedy rows, a draw from ``softmax(processed)`` for the others.
+
+    ``generators[i]`` (if not None) supplies row ``i``'s randomness; the other rows share
+    ``default_generator`` (or torch's global generator).
+    """
+    greedy_tokens = processed.argmax(dim=-1)
+    if t.all_greedy:
+        return greedy_tokens
+    probs = processed.softmax(dim=-1)
+    noise = torch.empty_like(probs)
+    noise.exponential_(generator=default_generator)
+    if generators is not None:
+        for i, g in enumerate(generators):
+            if g is not None:
+                noise[i].exponential_(generator=g)
+    drawn = (probs / noise).argmax(dim=-1)
+    return torch.where(t.greedy, greedy_tokens, drawn)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits)[i, tokens[i]]`` for each row, in float32."""
+    return logits.float().log_softmax(dim=-1).gather(1, tokens.view(-1, 1)).squeeze(1)
