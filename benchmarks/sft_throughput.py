@@ -146,7 +146,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, the same for all three")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     # tokens per step are the same for all three: the same examples, batch size, tokenizer
     cfg, builder = setup(args)

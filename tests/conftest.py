@@ -9,6 +9,9 @@ import pytest
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# pytest -n 2 runs two workers on two cores: one torch thread each (subprocesses inherit it), or
+# spinning OpenMP threads of one worker steal the other's core and everything runs many times slower
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # a model and data set small enough that a training test takes seconds on 2 cores
 TINY = [

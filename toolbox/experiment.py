@@ -75,6 +75,7 @@ class RunSettings:
         device: auto (cuda when visible, else cpu), cpu, cuda or cuda:N.
         deterministic: ask torch for deterministic kernels.
         resume_from: null (fresh run), auto (newest usable checkpoint of run_dir) or a checkpoint folder.
+        num_threads: torch intra-op threads (null: torch's default, one per core).
     """
 
     run_name: str = "default"
@@ -83,6 +84,7 @@ class RunSettings:
     device: str = "auto"
     deterministic: bool = True
     resume_from: str | None = None
+    num_threads: int | None = None
 
 
 # (config key, registry attribute, injected names) of every single-component node
@@ -217,6 +219,10 @@ class ExperimentBuilder:
         cfg = self.cfg
         ctx = RunContext.from_env(cfg.run_dir, seed=cfg.seed, device=cfg.device)
         set_determinism(cfg.deterministic)
+        if cfg.get("num_threads"):
+            import torch
+
+            torch.set_num_threads(cfg.num_threads)
         seed_everything(cfg.seed)
         strategy = STRATEGIES.build(cfg.strategy, "strategy", context=ctx)
         strategy.setup()

@@ -165,7 +165,9 @@ class ClippedPolicyLoss(PolicyObjective):
             per_token = per_token + self.beta * kl
             metrics["kl"] = masked_mean(kl.detach(), mask).item()
         elif batch.ref_logprobs is not None:  # report the KL even when it does not enter the loss
-            metrics["kl"] = masked_mean(kl_estimate(logps.detach(), batch.ref_logprobs, self.kl_estimator), mask).item()
+            metrics["kl"] = masked_mean(
+                kl_estimate(logps.detach(), batch.ref_logprobs, self.kl_estimator), mask
+            ).item()
         per_token = per_token.expand_as(mask) if per_token.shape != mask.shape else per_token
         loss_sum, count = aggregate(per_token, mask, self.loss_type, self.max_completion_length)
         metrics["policy_loss"] = (loss_sum.detach() / count).item()
@@ -181,13 +183,15 @@ class ClippedPolicyLoss(PolicyObjective):
             low = ((r < 1 - self.epsilon_low) & (adv < 0)).to(mask.dtype)
             high = ((r > 1 + self.epsilon_high) & (adv > 0)).to(mask.dtype)
             lr = log_ratio.expand_as(mask) if log_ratio.shape != mask.shape else log_ratio
-            metrics.update({
-                "clip_ratio/low": masked_mean(low, mask).item(),
-                "clip_ratio/high": masked_mean(high, mask).item(),
-                "clip_ratio/region": masked_mean(torch.clamp(low + high, max=1.0), mask).item(),
-                "ratio": masked_mean(r, mask).item(),
-                "approx_kl": masked_mean(torch.expm1(lr) - lr, mask).item(),  # old → new, CleanRL's k3
-            })
+            metrics.update(
+                {
+                    "clip_ratio/low": masked_mean(low, mask).item(),
+                    "clip_ratio/high": masked_mean(high, mask).item(),
+                    "clip_ratio/region": masked_mean(torch.clamp(low + high, max=1.0), mask).item(),
+                    "ratio": masked_mean(r, mask).item(),
+                    "approx_kl": masked_mean(torch.expm1(lr) - lr, mask).item(),  # old → new, CleanRL's k3
+                }
+            )
         return LossOutput(loss_sum, count, metrics)
 
 
@@ -211,8 +215,13 @@ class PPOLoss(ClippedPolicyLoss):
         entropy_coef: float = 0.0,
         loss_type: LossType = "dapo",
     ) -> None:
-        super().__init__(loss_type=loss_type, epsilon_low=epsilon, beta=beta, kl_estimator=kl_estimator,
-                         entropy_coef=entropy_coef)
+        super().__init__(
+            loss_type=loss_type,
+            epsilon_low=epsilon,
+            beta=beta,
+            kl_estimator=kl_estimator,
+            entropy_coef=entropy_coef,
+        )
 
 
 @OBJECTIVES.register("gspo")
@@ -237,6 +246,12 @@ class GSPOLoss(ClippedPolicyLoss):
         entropy_coef: float = 0.0,
         loss_type: LossType = "grpo",
     ) -> None:
-        super().__init__(loss_type=loss_type, epsilon_low=epsilon_low, epsilon_high=epsilon_high,
-                         importance_sampling_level="sequence", beta=beta, kl_estimator=kl_estimator,
-                         entropy_coef=entropy_coef)
+        super().__init__(
+            loss_type=loss_type,
+            epsilon_low=epsilon_low,
+            epsilon_high=epsilon_high,
+            importance_sampling_level="sequence",
+            beta=beta,
+            kl_estimator=kl_estimator,
+            entropy_coef=entropy_coef,
+        )

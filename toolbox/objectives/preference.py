@@ -92,7 +92,9 @@ class PairLoss(PreferenceObjective):
 
     def _logratios(self, x: PreferenceLogps) -> tuple[Tensor, Tensor]:
         if x.ref_chosen_logps is None or x.ref_rejected_logps is None:
-            raise ValueError(f"{type(self).__name__} needs the reference log-probs (ref_chosen_logps, ref_rejected_logps)")
+            raise ValueError(
+                f"{type(self).__name__} needs the reference log-probs (ref_chosen_logps, ref_rejected_logps)"
+            )
         return x.chosen_logps - x.ref_chosen_logps, x.rejected_logps - x.ref_rejected_logps
 
 
@@ -223,8 +225,11 @@ class ORPOLoss(PairLoss):
         ratio = F.logsigmoid(log_odds)
         nll = -x.chosen_logps.sum() / x.chosen_lengths.sum().clamp(min=1.0)
         losses = nll - self.beta * ratio  # mean over pairs = nll − λ·mean ratio, as TRL
-        extra = {"log_odds_ratio": ratio.detach().mean().item(), "log_odds_chosen": log_odds.detach().mean().item(),
-                 "nll_loss": nll.detach().item()}
+        extra = {
+            "log_odds_ratio": ratio.detach().mean().item(),
+            "log_odds_chosen": log_odds.detach().mean().item(),
+            "nll_loss": nll.detach().item(),
+        }
         return losses, self.beta * chosen.detach(), self.beta * rejected.detach(), extra
 
 
@@ -271,7 +276,9 @@ class KTOLoss(PairLoss):
 
     needs_kl_pairs = True
 
-    def __init__(self, beta: float = 0.1, desirable_weight: float = 1.0, undesirable_weight: float = 1.0) -> None:
+    def __init__(
+        self, beta: float = 0.1, desirable_weight: float = 1.0, undesirable_weight: float = 1.0
+    ) -> None:
         super().__init__(beta)
         self.desirable_weight = desirable_weight
         self.undesirable_weight = undesirable_weight
@@ -286,7 +293,9 @@ class KTOLoss(PairLoss):
         logps = torch.cat([x.chosen_logps, x.rejected_logps])
         ref = torch.cat([x.ref_chosen_logps, x.ref_rejected_logps])
         desirable = torch.arange(2 * n, device=logps.device) < n
-        losses, rewards = kto_losses(logps, ref, desirable, kl, self.beta, self.desirable_weight, self.undesirable_weight)
+        losses, rewards = kto_losses(
+            logps, ref, desirable, kl, self.beta, self.desirable_weight, self.undesirable_weight
+        )
         return losses, rewards[:n], rewards[n:], {"kl": float(kl)}
 
 

@@ -15,5 +15,9 @@ the loss reads ``completion_mask`` (1 where the token is a target).
   rejected rows in one right-padded batch, for the preference trainer's single forward.
 """
 
-from toolbox.data.collators import packing, pad, preference  # noqa: F401  (registers the collators)
-from toolbox.data.collators import stack  # noqa: F401,E402
+from toolbox.data.collators import (  # noqa: F401  (registers the collators)
+    packing,
+    pad,
+    preference,
+    stack,
+)

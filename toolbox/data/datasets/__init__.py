@@ -20,9 +20,9 @@ prompt_only         prompt_ids (bos prompt) and every field of the record
 
 from toolbox.data.datasets import (  # noqa: F401  (registers the factories)
     chat,
+    features,
     lm_text,
     preference,
     prompt_completion,
     prompt_only,
 )
-from toolbox.data.datasets import features  # noqa: F401,E402

@@ -5,7 +5,14 @@
 - ``local``: jsonl / json / csv / parquet / arrow files or a ``datasets.save_to_disk`` folder.
 - ``hub``: ``datasets.load_dataset`` (needs the Hugging Face Hub or its cache).
 - ``gsm8k``: the GSM8K grade-school math problems from a local jsonl file.
+- ``blobs``: generated Gaussian clusters for classifiers (facts: in_dim, num_classes).
 """
 
-from toolbox.data.sources import arithmetic, arithmetic_pairs, gsm8k, hub, local  # noqa: F401  (registers the sources)
-from toolbox.data.sources import blobs  # noqa: F401,E402
+from toolbox.data.sources import (  # noqa: F401  (registers the sources)
+    arithmetic,
+    arithmetic_pairs,
+    blobs,
+    gsm8k,
+    hub,
+    local,
+)

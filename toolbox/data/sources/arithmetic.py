@@ -20,6 +20,7 @@ def arithmetic(
     num_train: int = 9000,
     num_test: int = 500,
     seed: int = 0,
+    zero_pad: bool = False,
 ) -> Splits:
     """Problems ``a<op>b=`` with their result, as records {prompt, completion, answer}.
 
@@ -33,6 +34,9 @@ def arithmetic(
         num_train: training problems.
         num_test: held-out problems, none of which is a training problem.
         seed: seed of the draw.
+        zero_pad: write operands with exactly ``digits`` digits and results of "+" with
+            ``digits + 1`` ("07+45=052"): every digit keeps its position, which small models learn
+            much faster. ``answer`` stays the plain number ("52").
     """
     if digits < 1:
         raise ConfigError(f"data.source.digits: {digits}; set it to 1 or more.")
@@ -56,12 +60,18 @@ def arithmetic(
             "raise data.source.digits or add operators."
         )
     drawn = random.Random(seed).sample(range(total), num_train + num_test)
-    records = [_problem(index, ops, size) for index in drawn]
+    records = [_problem(index, ops, size, digits if zero_pad else 0) for index in drawn]
     return Splits(train=records[num_test:], test=records[:num_test])
 
 
-def _problem(index: int, ops: list[str], size: int) -> Record:
+def _problem(index: int, ops: list[str], size: int, width: int = 0) -> Record:
     op = ops[index // (size * size)]
     a, b = divmod(index % (size * size), size)
-    result = str(OPERATORS[op](a, b))
-    return {"prompt": f"{a}{op}{b}=", "completion": result, "answer": result}
+    value = OPERATORS[op](a, b)
+    answer = str(value)
+    if not width:
+        return {"prompt": f"{a}{op}{b}=", "completion": answer, "answer": answer}
+    result_width = 2 * width if op == "*" else width + 1
+    sign = "-" if value < 0 else ""
+    completion = sign + str(abs(value)).zfill(result_width)
+    return {"prompt": f"{a:0{width}d}{op}{b:0{width}d}=", "completion": completion, "answer": answer}

@@ -1,0 +1,90 @@
+"""Preference pairs, concatenated: chosen rows, then rejected rows, in one right-padded batch.
+
+Takes ``preference`` examples (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) and returns, for
+``B`` pairs, ``R = 2B`` rows (``3B`` with ``mismatched``) of length ``L``:
+
+- ``input_ids`` (long ``[R, L]``): rows ``0..B-1`` are prompt + chosen, rows ``B..2B-1`` prompt +
+  rejected, then ``tokenizer.pad_token_id``;
+- ``attention_mask`` (long ``[R, L]``): 1 on tokens, 0 on padding;
+- ``completion_mask`` (long ``[R, L]``): 1 on the completion's tokens (eos included);
+- ``ref_chosen_logps`` / ``ref_rejected_logps`` (float ``[B]``): when every example carries its
+  precomputed reference log-probs;
+- ``num_pairs``: ``B`` (an int).
+
+With ``mismatched`` (set by the preference trainer for KTO), rows ``2B..3B-1`` pair prompt ``i``
+with the chosen completion of pair ``i+1`` (mod B): KTO's KL reference point is estimated on them.
+One forward over all rows gives every log-prob a preference loss needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from toolbox.core.errors import ConfigError, DataError
+from toolbox.core.registries import COLLATORS
+from toolbox.data.base import Example
+
+
+@COLLATORS.register("preference")
+class PreferenceCollator:
+    """Chosen and rejected sequences of each pair in one batch (the preference trainer's input).
+
+    Args:
+        tokenizer: the run's tokenizer (injected); its pad token fills the padding.
+        pad_to_multiple_of: round the batch length up to a multiple of this (null: no rounding).
+        mismatched: add prompt i + chosen completion of pair i+1 rows (KTO's KL estimate).
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        pad_to_multiple_of: int | None = None,
+        mismatched: bool = False,
+    ) -> None:
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ConfigError(
+                f"data.collator.pad_to_multiple_of: {pad_to_multiple_of}; set a positive integer or null."
+            )
+        if tokenizer.pad_token_id is None:
+            raise DataError("the tokenizer has no pad token; the pretrained tokenizer of toolbox adds one.")
+        self.pad_id = tokenizer.pad_token_id
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.mismatched = mismatched
+
+    def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor | int]:
+        if not examples:
+            raise DataError("collator 'preference' got an empty batch.")
+        if any(k not in ex for ex in examples for k in ("prompt_ids", "chosen_ids", "rejected_ids")):
+            raise DataError(
+                "collator 'preference' needs examples with prompt_ids, chosen_ids and rejected_ids "
+                "(data.dataset.name=preference)."
+            )
+        b = len(examples)
+        rows = [(ex["prompt_ids"], ex["chosen_ids"]) for ex in examples]
+        rows += [(ex["prompt_ids"], ex["rejected_ids"]) for ex in examples]
+        if self.mismatched:
+            rows += [(examples[i]["prompt_ids"], examples[(i + 1) % b]["chosen_ids"]) for i in range(b)]
+        length = max(len(p) + len(c) for p, c in rows)
+        if self.pad_to_multiple_of:
+            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
+        completion_mask = torch.zeros((len(rows), length), dtype=torch.long)
+        for r, (prompt, completion) in enumerate(rows):
+            p, n = len(prompt), len(prompt) + len(completion)
+            input_ids[r, :n] = torch.as_tensor([*prompt, *completion], dtype=torch.long)
+            attention_mask[r, :n] = 1
+            completion_mask[r, p:n] = 1
+        batch: dict[str, torch.Tensor | int] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "completion_mask": completion_mask,
+            "num_pairs": b,
+        }
+        for key in ("ref_chosen_logps", "ref_rejected_logps"):
+            if all(key in ex for ex in examples):
+                batch[key] = torch.tensor([float(ex[key]) for ex in examples], dtype=torch.float32)
+        return batch

@@ -1,0 +1,1 @@
+"""Reinforcement learning parts: advantage estimators (``ADVANTAGES``), text rollouts, buffers."""

@@ -1,0 +1,204 @@
+"""Text rollouts: sampled completions with their ids, masks, log-probs, rewards and advantages.
+
+The GRPO trainer turns the engine's ``RequestOutput`` list into one :class:`TextRollout`, fills
+``rewards``/``advantages`` (and ``old_logprobs``/``ref_logprobs`` when it needs them), then takes
+minibatches of it for its clipped updates::
+
+    rollout = TextRollout.from_outputs(outputs, prompts, fields, pad_token_id=tok.pad_token_id,
+                                       num_generations=4, mask_truncated=True)
+    rollout.rewards = ...; rollout.advantages = estimator(rollout.rewards, rollout.num_generations)
+    for mb in rollout.minibatches(8, generator):
+        logps, _ = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.completion_width)
+
+Layout: prompts left-padded (``prompt_ids``/``prompt_mask`` ``[N, P]``), completions right-padded
+(``completion_ids``/``completion_mask`` ``[N, T]``), so ``cat([prompt, completion])`` puts every
+completion at the same columns and ``logits_to_keep=T`` scores exactly them. The ``N = prompts ×
+num_generations`` rows keep each prompt's completions consecutive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class TextRollout:
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    num_generations: int = 1
+    prompts: list[Any] = field(default_factory=list)  # one per row (repeated per generation)
+    completions: list[str] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)
+    fields: dict[str, list[Any]] = field(default_factory=dict)  # raw per-row fields (answer, ...)
+    sampling_logprobs: Tensor | None = None  # [N, T], what the engine reported while sampling
+    old_logprobs: Tensor | None = None  # [N, T], the policy before this round's updates
+    ref_logprobs: Tensor | None = None  # [N, T], the frozen reference
+    rewards: Tensor | None = None  # [N], the combined reward (NaN: unscorable)
+    rewards_per_func: Tensor | None = None  # [N, K]
+    advantages: Tensor | None = None  # [N] or [N, T]
+
+    # shapes -------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.completion_ids.shape[0])
+
+    @property
+    def completion_width(self) -> int:
+        return int(self.completion_ids.shape[1])
+
+    @property
+    def input_ids(self) -> Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> Tensor:
+        # completion padding stays masked; a truncated completion's tokens are still attended
+        generated = (
+            torch.arange(self.completion_width, device=self.completion_ids.device)[None, :]
+            < self.completion_lengths[:, None]
+        ).long()
+        return torch.cat([self.prompt_mask.long(), generated], dim=1)
+
+    @property
+    def completion_lengths(self) -> Tensor:
+        """Generated tokens per row (independent of masking for truncation)."""
+        return self._lengths
+
+    # building -----------------------------------------------------------------------------------
+    @classmethod
+    def from_outputs(
+        cls,
+        outputs: Sequence[Any],
+        prompts: Sequence[Any] | None = None,
+        fields: dict[str, Sequence[Any]] | None = None,
+        pad_token_id: int = 0,
+        num_generations: int | None = None,
+        mask_truncated: bool = False,
+        device: torch.device | str = "cpu",
+    ) -> TextRollout:
+        """From the engine's ``RequestOutput`` per prompt (each with ``n`` completions).
+
+        ``fields`` are per-*prompt* raw values, repeated per completion. ``mask_truncated`` zeroes the
+        completion mask of every completion that hit the length limit (finish_reason "length"),
+        so it contributes no gradient (DAPO's overlong filtering).
+        """
+        n = num_generations or len(outputs[0].completions)
+        prompt_rows, completion_rows, texts, reasons, samp, row_prompts = [], [], [], [], [], []
+        out_fields: dict[str, list[Any]] = {k: [] for k in (fields or {})}
+        for i, out in enumerate(outputs):
+            if len(out.completions) != n:
+                raise ValueError(f"prompt {i} has {len(out.completions)} completions, expected {n}")
+            for c in out.completions:
+                prompt_rows.append(list(out.prompt_token_ids))
+                completion_rows.append(list(c.token_ids))
+                texts.append(c.text)
+                reasons.append(c.finish_reason)
+                samp.append(c.logprobs)
+                row_prompts.append(prompts[i] if prompts is not None else None)
+                for k, values in (fields or {}).items():
+                    out_fields[k].append(values[i])
+        p_len = max(len(p) for p in prompt_rows)
+        c_len = max(1, max(len(c) for c in completion_rows))
+        rows = len(prompt_rows)
+        prompt_ids = torch.full((rows, p_len), pad_token_id, dtype=torch.long)
+        prompt_mask = torch.zeros((rows, p_len), dtype=torch.long)
+        completion_ids = torch.full((rows, c_len), pad_token_id, dtype=torch.long)
+        completion_mask = torch.zeros((rows, c_len), dtype=torch.long)
+        lengths = torch.zeros(rows, dtype=torch.long)
+        have_logps = all(s is not None for s in samp)
+        sampling = torch.zeros((rows, c_len)) if have_logps else None
+        for r, (p, c) in enumerate(zip(prompt_rows, completion_rows, strict=True)):
+            prompt_ids[r, p_len - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+            prompt_mask[r, p_len - len(p) :] = 1
+            if c:
+                completion_ids[r, : len(c)] = torch.as_tensor(c, dtype=torch.long)
+                completion_mask[r, : len(c)] = 0 if (mask_truncated and reasons[r] == "length") else 1
+            lengths[r] = len(c)
+            if sampling is not None and c:
+                sampling[r, : len(c)] = torch.as_tensor(samp[r][: len(c)], dtype=torch.float32)
+        rollout = cls(
+            prompt_ids=prompt_ids.to(device),
+            prompt_mask=prompt_mask.to(device),
+            completion_ids=completion_ids.to(device),
+            completion_mask=completion_mask.to(device),
+            num_generations=n,
+            prompts=row_prompts,
+            completions=texts,
+            finish_reasons=reasons,
+            fields=out_fields,
+            sampling_logprobs=None if sampling is None else sampling.to(device),
+        )
+        rollout._lengths = lengths.to(device)
+        return rollout
+
+    def __post_init__(self) -> None:
+        self._lengths = self.completion_mask.sum(-1).long()
+
+    # slicing ------------------------------------------------------------------------------------
+    def select(self, index: Tensor | Sequence[int]) -> TextRollout:
+        """The rows ``index`` (tensors, lists and fields alike)."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        values: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if torch.is_tensor(v):
+                values[f.name] = v[idx.to(v.device)]
+            elif isinstance(v, list) and len(v) == len(self):
+                values[f.name] = [v[i] for i in idx.tolist()]
+            elif f.name == "fields":
+                values[f.name] = {k: [vals[i] for i in idx.tolist()] for k, vals in v.items()}
+        out = replace(self, **values)
+        out._lengths = self._lengths[idx.to(self._lengths.device)]
+        return out
+
+    def minibatches(self, size: int, generator: torch.Generator | None = None) -> Iterator[TextRollout]:
+        """Rows in a random order (or in order without a generator), ``size`` at a time."""
+        order = (
+            torch.randperm(len(self), generator=generator)
+            if generator is not None
+            else torch.arange(len(self))
+        )
+        for start in range(0, len(self), size):
+            yield self.select(order[start : start + size])
+
+    def to(self, device: torch.device | str) -> TextRollout:
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in fields(self)
+            if torch.is_tensor(getattr(self, f.name))
+        }
+        out = replace(self, **moved)
+        out._lengths = self._lengths.to(device)
+        return out
+
+    # diagnostics --------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        lengths = self._lengths.float()
+        truncated = sum(r == "length" for r in self.finish_reasons)
+        out = {
+            "completions/mean_length": lengths.mean().item(),
+            "completions/min_length": lengths.min().item(),
+            "completions/max_length": lengths.max().item(),
+            "completions/clipped_ratio": truncated / max(len(self), 1),
+        }
+        if self.rewards is not None:
+            r = self.rewards.float()
+            grouped = r.view(-1, self.num_generations)
+            if self.num_generations > 1:
+                zero_std = (torch.nan_to_num(grouped.std(1), nan=0.0) == 0).float().mean().item()
+            else:
+                zero_std = 1.0
+            out.update(
+                {
+                    "reward": torch.nanmean(r).item(),
+                    "reward_std": r[~torch.isnan(r)].std().item() if (~torch.isnan(r)).sum() > 1 else 0.0,
+                    "frac_reward_zero_std": zero_std,
+                }
+            )
+        return out
