@@ -1,0 +1,186 @@
+"""The GRPO trainer on a tiny Llama: one step changes the weights and logs every metric, the engine
+sees the new weights, a raising reward is logged and skipped, resume equals an uninterrupted run."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from toolbox.core.events import Event
+from toolbox.core.registries import REWARDS
+from toolbox.experiment import ExperimentBuilder, load_config
+
+torch.set_num_threads(1)
+
+GRPO = [
+    "trainer=grpo",
+    "objective=grpo",
+    "data.dataset.name=prompt_only",
+    "data.dataset.max_length=16",
+    "eval=none",
+    "trainer.prompts_per_step=4",
+    "trainer.num_generations=4",
+    "trainer.max_completion_length=4",
+    "trainer.eval_every=0",
+    "trainer.save_every=0",
+]
+
+
+@pytest.fixture
+def grpo_overrides(tiny_overrides):
+    return [o for o in tiny_overrides if not o.startswith("trainer.batch_size")] + GRPO
+
+
+def _build(overrides):
+    return ExperimentBuilder.from_config(load_config(overrides)).build()
+
+
+def _record(parts):
+    out = []
+    parts.trainer.bus.subscribe(Event.STEP_END, lambda d: out.append(d.metrics))
+    return out
+
+
+@REWARDS.register("_test_first_char_digit")
+def _first_char_digit(**_):
+    """A dense reward for a random model: 1 when the completion starts with a digit."""
+
+    def score(prompts, completions, **fields):
+        return [float(c[:1].isdigit()) for c in completions]
+
+    return score
+
+
+@REWARDS.register("_test_raises")
+def _raises(**_):
+    def broken(prompts, completions, **fields):
+        raise RuntimeError("boom")
+
+    return broken
+
+
+DENSE = "+trainer.rewards.digit={name: _test_first_char_digit, weight: 1.0}"
+
+
+def test_one_step_changes_weights_and_logs_metrics(grpo_overrides):
+    parts = _build(
+        [
+            *grpo_overrides,
+            "trainer.max_steps=1",
+            DENSE,
+            "objective.beta=0.05",
+            "trainer.ppo_epochs=2",
+            "trainer.minibatch_size=8",
+            "optimizer.lr=1e-2",
+        ]
+    )
+    trainer = parts.trainer
+    assert trainer.reference is not None and trainer.shared_engine
+    before = {n: p.detach().clone() for n, p in parts.model.named_parameters()}
+    metrics = _record(parts)
+    trainer.fit()
+    m = metrics[0]
+    for key in (
+        "reward",
+        "reward_std",
+        "rewards/correct/mean",
+        "rewards/correct/std",
+        "rewards/digit/mean",
+        "rewards/digit/std",
+        "kl",
+        "clip_ratio/region",
+        "entropy",
+        "completions/mean_length",
+        "rollout_time",
+        "update_time",
+        "rollout_tokens_per_s",
+        "loss",
+        "grad_norm",
+    ):
+        assert key in m, key
+    assert m["optimizer_steps"] == 4.0  # 2 epochs × 16 rows / 8
+    changed = [n for n, p in parts.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed
+
+
+def test_weights_synced_into_a_separate_engine(grpo_overrides, tmp_path):
+    """An engine with its own copy of the model (loaded from a folder) gets the trained weights."""
+    parts = _build([*grpo_overrides, "trainer.max_steps=1", DENSE, "optimizer.lr=1e-2"])
+    parts.model.save_pretrained(tmp_path / "m")
+    parts.tokenizer.save_pretrained(tmp_path / "m")
+    parts = _build(
+        [
+            *grpo_overrides,
+            "trainer.max_steps=1",
+            DENSE,
+            "optimizer.lr=1e-2",
+            "+engine={name: torch, path: " + str(tmp_path / "m") + ", device: cpu, max_batch_size: 16}",
+        ]
+    )
+    trainer = parts.trainer
+    assert not trainer.shared_engine and trainer.engine.model is not parts.model
+    trainer.fit()
+    engine_params = dict(trainer.engine.model.named_parameters())
+    for n, p in parts.model.named_parameters():
+        assert torch.equal(p.detach(), engine_params[n].detach()), n
+
+
+def test_shared_engine_generates_with_updated_weights(grpo_overrides):
+    from toolbox.serving.engine import SamplingParams
+
+    parts = _build([*grpo_overrides, "trainer.max_steps=1"])
+    engine = parts.trainer.engine
+    prompt = parts.train_data[0]["prompt_ids"]
+    greedy = SamplingParams(max_tokens=4, temperature=0, logprobs=True)
+    lp0 = engine.generate([prompt], greedy)[0].completions[0].logprobs
+    with torch.no_grad():
+        parts.model.get_output_embeddings().weight.mul_(3.0)  # an in-place update, as an optimizer does
+    lp1 = engine.generate([prompt], greedy)[0].completions[0].logprobs
+    assert lp0 != lp1
+    engine.shutdown()
+
+
+def test_raising_reward_is_logged_and_skipped(grpo_overrides, caplog):
+    parts = _build(
+        [*grpo_overrides, "trainer.max_steps=2", DENSE, "+trainer.rewards.bad={name: _test_raises}"]
+    )
+    metrics = _record(parts)
+    with caplog.at_level(logging.WARNING):
+        parts.trainer.fit()
+    assert any("'bad'" in r.getMessage() and "boom" in r.getMessage() for r in caplog.records)
+    assert len(metrics) == 2
+    assert metrics[-1]["rewards/bad/errors"] == 2.0
+    assert metrics[-1]["rewards/bad/skipped"] == 16.0
+    assert metrics[-1]["reward"] == metrics[-1]["rewards/digit/mean"] + metrics[-1]["rewards/correct/mean"]
+
+
+def test_mask_truncated_completions(grpo_overrides):
+    parts = _build([*grpo_overrides, "trainer.max_steps=1", "trainer.mask_truncated_completions=true"])
+    trainer = parts.trainer
+    rollout = trainer.rollout(trainer.loader.next_batch())
+    for r, reason in enumerate(rollout.finish_reasons):
+        if reason == "length":
+            assert rollout.completion_mask[r].sum() == 0
+
+
+def test_resume_equals_uninterrupted(grpo_overrides, tmp_path):
+    common = [*grpo_overrides, DENSE, "optimizer.lr=1e-2", "trainer.max_steps=4"]
+    full = _build([*common, f"run_dir={tmp_path / 'full'}"])
+    full.trainer.fit()
+    first = _build([*common, f"run_dir={tmp_path / 'split'}", "trainer.max_steps=2"])
+    first.trainer.fit()
+    second = _build([*common, f"run_dir={tmp_path / 'split'}", "resume_from=auto"])
+    seen = _record(second)
+    second.trainer.fit()
+    assert len(seen) == 2 and second.trainer.step == 4
+    for (n, a), b in zip(full.model.named_parameters(), second.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_policy_family_is_required(grpo_overrides):
+    from toolbox.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="policy"):
+        _build([*grpo_overrides, "objective=causal_lm"])

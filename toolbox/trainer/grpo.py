@@ -1,0 +1,397 @@
+"""The GRPO trainer: sample completions through an ``InferenceEngine``, score them, update the policy.
+
+One ``train_step`` is one rollout round::
+
+    prompts   ``prompts_per_step`` examples from the shuffled training set (position checkpointed)
+    rollout   ``num_generations`` completions per prompt through the engine (temperature, top_p,
+              top_k, ``max_completion_length``); a completion cut by the length limit gets no
+              gradient when ``mask_truncated_completions``
+    rewards   the weighted sum of the ``rewards`` components (REWARDS specs); a component that
+              raises is logged with its name and handled by ``reward_on_error`` (skip/zero/raise)
+    advantage the ``advantage`` estimator (ADVANTAGES: group_norm, rloo, reinforce_pp) per group
+    update    ``ppo_epochs`` × minibatches of ``minibatch_size`` rows, one optimizer step each, the
+              objective's clipped loss against the old log-probs (computed once per round, and only
+              when there is more than one update per round) and, when the objective's beta > 0, the
+              frozen reference's log-probs (computed once per round, without grad)
+    sync      the engine sees the new weights: the default torch engine shares the policy model (its
+              parameters are the engine's, nothing is copied); any other engine gets
+              ``update_weights`` with the trained parameters after each optimizer step
+
+The engine is built from the run's ``engine`` config node (``engine=torch``, ``engine=hf``, ...)
+with the policy model and tokenizer injected; without one, the torch engine on the shared model.
+The scheduler steps once per round (its ``total_steps`` is ``max_steps``). Metrics: per reward
+component mean/std/errors, reward mean/std, KL to the reference (when it exists), clip fractions,
+entropy, completion lengths, rollout / reward / update / sync seconds and rollout tokens per second.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from toolbox.core.errors import ConfigError
+from toolbox.core.registries import ADVANTAGES, ENGINES, TRAINERS
+from toolbox.data.loader import BatchLoader
+from toolbox.objectives.base import PolicyObjective
+from toolbox.objectives.logprobs import token_logprobs
+from toolbox.objectives.policy import PolicyBatch
+from toolbox.rewards.composite import CompositeReward
+from toolbox.rl.rollouts import TextRollout
+from toolbox.serving.engine import SamplingParams
+from toolbox.trainer.base import BaseTrainer
+
+if TYPE_CHECKING:
+    from toolbox.experiment import Components
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REWARDS = {"correct": {"name": "numeric_match"}}
+
+
+def _as_examples(examples: list[Any]) -> list[Any]:
+    """The loader's collate: a round's examples stay a list of dicts."""
+    return examples
+
+
+@TRAINERS.register("grpo")
+class GRPOTrainer(BaseTrainer):
+    """Group-relative policy optimisation over prompts of the training set (see the module docstring).
+
+    Args:
+        max_steps: rollout rounds to train for (each has ppo_epochs × minibatches optimizer steps).
+        prompts_per_step: prompts sampled per round.
+        num_generations: completions per prompt (the group of the advantage).
+        max_completion_length: most tokens generated per completion.
+        temperature: sampling temperature (the log-probs of the update use the same).
+        top_p: nucleus sampling threshold.
+        top_k: keep the k most likely tokens (0: all).
+        ppo_epochs: passes over each round's completions (TRL's num_iterations).
+        minibatch_size: completions per optimizer step (null: all of the round's, one step per epoch).
+        micro_batch_size: completions per forward/backward inside a minibatch (null: the minibatch).
+        max_grad_norm: clip the global gradient norm to this (0 disables clipping).
+        eval_every: run the evaluators every this many rounds (0: only at the end).
+        save_every: save a checkpoint every this many rounds (0: only at the end).
+        shuffle: visit the prompts in a seeded random order each epoch.
+        rewards: label -> reward spec (a REWARDS ``name`` plus its settings and an optional
+            ``weight``); the reward of a completion is the weighted sum of the components.
+        reward_on_error: what a raising reward component gives the batch: skip (None, left out of
+            the sum), zero or raise.
+        advantage: the ADVANTAGES spec (group_norm with scale group/batch/none, rloo, reinforce_pp).
+        mask_truncated_completions: completions that hit max_completion_length get no gradient.
+        reference_path: a saved causal LM as the KL reference (null: a frozen copy of the policy as
+            built); only loaded when the objective's beta > 0.
+        prompt_field: the record field holding the prompt text (passed to the rewards).
+        seed_sampling: seed each prompt's sampling from (run seed, round, prompt), so a resumed run
+            draws the same completions as an uninterrupted one.
+    """
+
+    objective_family = PolicyObjective
+
+    def __init__(
+        self,
+        parts: Components,
+        max_steps: int = 100,
+        prompts_per_step: int = 8,
+        num_generations: int = 4,
+        max_completion_length: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        ppo_epochs: int = 1,
+        minibatch_size: int | None = None,
+        micro_batch_size: int | None = None,
+        max_grad_norm: float = 1.0,
+        eval_every: int = 0,
+        save_every: int = 0,
+        shuffle: bool = True,
+        rewards: dict[str, Any] | None = None,
+        reward_on_error: Literal["skip", "zero", "raise"] = "skip",
+        advantage: dict[str, Any] | None = None,
+        mask_truncated_completions: bool = False,
+        reference_path: str | None = None,
+        prompt_field: str = "prompt",
+        seed_sampling: bool = True,
+    ) -> None:
+        super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
+        rows = prompts_per_step * num_generations
+        if prompts_per_step < 1 or num_generations < 1 or max_completion_length < 1 or ppo_epochs < 1:
+            raise ConfigError(
+                "trainer: prompts_per_step, num_generations, max_completion_length and ppo_epochs must be >= 1."
+            )
+        if temperature <= 0:
+            raise ConfigError(f"trainer.temperature: {temperature}; GRPO samples, so it must be > 0.")
+        self.minibatch_size = minibatch_size or rows
+        if not 1 <= self.minibatch_size <= rows:
+            raise ConfigError(
+                f"trainer.minibatch_size: {minibatch_size}; choose 1 .. prompts_per_step × num_generations = {rows}."
+            )
+        self.micro_batch_size = min(micro_batch_size or self.minibatch_size, self.minibatch_size)
+        self.prompts_per_step = prompts_per_step
+        self.num_generations = num_generations
+        self.max_completion_length = max_completion_length
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.ppo_epochs = ppo_epochs
+        self.max_grad_norm = max_grad_norm
+        self.mask_truncated = mask_truncated_completions
+        self.prompt_field = prompt_field
+        self.seed_sampling = seed_sampling
+        self.reward = CompositeReward(rewards or DEFAULT_REWARDS, on_error=reward_on_error)
+        self.advantage = ADVANTAGES.build(advantage or {"name": "group_norm"}, "trainer.advantage")
+        if not callable(self.advantage) or type(self.advantage).__name__ == "GAE":
+            raise ConfigError("trainer.advantage: choose a group estimator (group_norm, rloo, reinforce_pp).")
+        if getattr(self.objective, "max_completion_length", 0) is None:
+            self.objective.max_completion_length = max_completion_length  # dr_grpo's normaliser
+        ctx = self.context
+        self.loader = BatchLoader(
+            parts.train_data,
+            prompts_per_step,
+            _as_examples,
+            seed=ctx.seed,
+            shuffle=shuffle,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+        )
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self.policy = self.strategy.unwrap(self.model)
+        self.engine = self._build_engine(rows)
+        self.shared_engine = getattr(self.engine, "model", None) is self.policy
+        self.needs_reference = bool(getattr(self.objective, "needs_reference", False))
+        self.reference = self._build_reference(reference_path) if self.needs_reference else None
+        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    # parts ----------------------------------------------------------------------------------------
+    def _build_engine(self, rows: int) -> Any:
+        spec = self.cfg.get("engine")
+        if spec is None:
+            spec = {"name": "torch", "max_batch_size": rows}
+        if spec.get("path"):  # an engine with its own copy of the weights: synced after each update
+            return ENGINES.build(spec, "engine")
+        return ENGINES.build(spec, "engine", model=self.policy, tokenizer=self.tokenizer)
+
+    def _build_reference(self, path: str | None) -> torch.nn.Module:
+        if path:
+            from transformers import AutoModelForCausalLM
+
+            reference = AutoModelForCausalLM.from_pretrained(path)
+        else:
+            reference = copy.deepcopy(self.policy)
+        reference.to(self.strategy.device).eval()
+        reference.requires_grad_(False)
+        return reference
+
+    # one round ------------------------------------------------------------------------------------
+    def _prompt_ids(self, example: dict[str, Any]) -> list[int]:
+        if "prompt_ids" in example:
+            return [int(t) for t in example["prompt_ids"]]
+        text = example[self.prompt_field]
+        return [self.tokenizer.bos_token_id, *self.tokenizer.encode(text, add_special_tokens=False)]
+
+    @torch.no_grad()
+    def rollout(self, examples: list[dict[str, Any]]) -> TextRollout:
+        """Sample ``num_generations`` completions per example and build the rollout (no rewards yet)."""
+        was_training = self.policy.training
+        self.policy.eval()
+        base = SamplingParams(
+            max_tokens=self.max_completion_length,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            n=self.num_generations,
+        )
+        prompt_ids = [self._prompt_ids(ex) for ex in examples]
+        round_seed = (self.context.seed * 1_000_003 + self.step * 10_007) % 2**62
+        if self.seed_sampling and hasattr(self.engine, "submit"):
+            # one request per prompt, each with its own seed, all in the running batch at once
+            handles = [
+                self.engine.submit(
+                    ids, replace(base, seed=round_seed + i), stream=False, _bypass_queue_limit=True
+                )
+                for i, ids in enumerate(prompt_ids)
+            ]
+            results = [h.result() for h in handles]
+        else:
+            results = self.engine.generate(
+                prompt_ids, replace(base, seed=round_seed) if self.seed_sampling else base
+            )
+        self.policy.train(was_training)
+        keys = [k for k in examples[0] if k not in ("prompt_ids",)]
+        fields = {k: [ex.get(k) for ex in examples] for k in keys}
+        return TextRollout.from_outputs(
+            results,
+            [ex.get(self.prompt_field) for ex in examples],
+            fields,
+            pad_token_id=self.pad_token_id,
+            num_generations=self.num_generations,
+            mask_truncated=self.mask_truncated,
+            device=self.strategy.device,
+        )
+
+    def score(self, rollout: TextRollout) -> dict[str, float]:
+        """Fill ``rewards``, ``rewards_per_func`` and ``advantages``; return the reward metrics."""
+        fields = {k: v for k, v in rollout.fields.items() if k != self.prompt_field}
+        result = self.reward.score(rollout.prompts, rollout.completions, **fields)
+        rollout.rewards = result.total.to(rollout.completion_ids.device)
+        rollout.rewards_per_func = result.per_component
+        rollout.advantages = self.advantage(rollout.rewards.cpu(), rollout.num_generations).to(
+            rollout.rewards.device
+        )
+        return result.metrics
+
+    def _logps(
+        self, model: Any, mb: TextRollout, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return token_logprobs(
+            model,
+            mb.input_ids,
+            mb.attention_mask,
+            logits_to_keep=mb.completion_width,
+            with_entropy=with_entropy,
+            temperature=self.temperature,
+        )
+
+    @torch.no_grad()
+    def _fill_logps(self, rollout: TextRollout, need_old: bool) -> None:
+        olds, refs = [], []
+        for start in range(0, len(rollout), self.micro_batch_size):
+            mb = rollout.select(range(start, min(start + self.micro_batch_size, len(rollout))))
+            if need_old:
+                olds.append(self._logps(self.model, mb, False)[0])
+            if self.reference is not None:
+                refs.append(self._logps(self.reference, mb, False)[0])
+        if need_old:
+            rollout.old_logprobs = torch.cat(olds)
+        if refs:
+            rollout.ref_logprobs = torch.cat(refs)
+
+    def train_step(self) -> dict[str, float]:
+        start = time.perf_counter()
+        examples = self.loader.next_batch()
+        rollout = self.rollout(examples)
+        rollout_time = time.perf_counter() - start
+
+        t = time.perf_counter()
+        metrics: dict[str, float] = dict(self.score(rollout))
+        metrics.update(rollout.metrics())
+        reward_time = time.perf_counter() - t
+
+        t = time.perf_counter()
+        self.model.train()
+        updates_per_epoch = math.ceil(len(rollout) / self.minibatch_size)
+        need_old = self.ppo_epochs * updates_per_epoch > 1
+        self._fill_logps(rollout, need_old)
+        generator = torch.Generator().manual_seed(self.context.seed * 7919 + self.step)
+        sums: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
+        grad_norms, losses, sync_time = [], [], 0.0
+        with_entropy = True  # the entropy metric (with grad only when the objective uses it)
+        needs_entropy = bool(getattr(self.objective, "needs_entropy", False))
+        for _ in range(self.ppo_epochs):
+            for mb in rollout.minibatches(self.minibatch_size, generator if updates_per_epoch > 1 else None):
+                self.optimizer.zero_grad(set_to_none=True)
+                total_sum, total_count = 0.0, 0
+                outs = []
+                for s in range(0, len(mb), self.micro_batch_size):
+                    micro = mb.select(range(s, min(s + self.micro_batch_size, len(mb))))
+                    with self.precision.autocast():
+                        logps, entropy = self._logps(self.model, micro, with_entropy)
+                        out = self.objective(
+                            PolicyBatch(
+                                logprobs=logps,
+                                completion_mask=micro.completion_mask,
+                                advantages=micro.advantages,
+                                old_logprobs=micro.old_logprobs,
+                                ref_logprobs=micro.ref_logprobs,
+                                entropy=entropy if needs_entropy or entropy is None else entropy.detach(),
+                            )
+                        )
+                    outs.append(out)
+                    total_count += out.num_items
+                # divide by the minibatch's total count so micro-batching equals one forward
+                total = None
+                for out in outs:
+                    total = out.loss_sum if total is None else total + out.loss_sum
+                loss = total / max(total_count, 1)
+                if self.precision.scaler is not None:
+                    self.precision.scaler.scale(loss).backward()
+                    self.precision.scaler.unscale_(self.optimizer)
+                else:
+                    loss.backward()
+                total_sum = float(loss.detach())
+                grad_norms.append(self._clip())
+                if self.precision.scaler is not None:
+                    self.precision.scaler.step(self.optimizer)
+                    self.precision.scaler.update()
+                else:
+                    self.optimizer.step()
+                losses.append(total_sum)
+                for out in outs:
+                    for k, v in out.metrics.items():
+                        if isinstance(v, float) and not math.isnan(v):
+                            sums[k] += v
+                            counts[k] += 1
+                ts = time.perf_counter()
+                self.sync_weights()
+                sync_time += time.perf_counter() - ts
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scheduler is not None:
+            self.scheduler.step()
+        update_time = time.perf_counter() - t
+        metrics.update({k: sums[k] / counts[k] for k in sums})
+        tokens = int(rollout.completion_lengths.sum())
+        step_time = time.perf_counter() - start
+        metrics.update(
+            {
+                "loss": sum(losses) / len(losses),
+                "grad_norm": sum(grad_norms) / len(grad_norms),
+                "lr": lr,
+                "optimizer_steps": float(len(losses)),
+                "num_tokens": float(tokens),
+                "epoch": float(self.loader.epoch),
+                "rollout_time": rollout_time,
+                "reward_time": reward_time,
+                "update_time": update_time,
+                "sync_time": sync_time,
+                "rollout_tokens_per_s": tokens / max(rollout_time, 1e-9),
+                "step_time": step_time,
+            }
+        )
+        return metrics
+
+    def sync_weights(self) -> None:
+        """Make the engine generate with the current policy (a no-op for an engine sharing it)."""
+        if self.shared_engine:
+            return
+        state = {n: p.detach() for n, p in self.policy.named_parameters()}
+        self.engine.update_weights(state)
+
+    def _clip(self) -> float:
+        if self.max_grad_norm and self.max_grad_norm > 0:
+            return float(torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
+        norms = [p.grad.detach().norm() for p in self._params if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+    # state ----------------------------------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        return {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        self.reward.errors.update(state.get("reward_errors", {}))
+
+    def setup(self) -> None:
+        self.sync_weights()  # a resumed policy's weights into a separate engine
+
+    def _finish(self) -> dict[str, float]:
+        try:
+            return super()._finish()
+        finally:
+            self.engine.shutdown()
