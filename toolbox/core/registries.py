@@ -9,20 +9,38 @@ from __future__ import annotations
 
 from toolbox.core.registry import Registry
 
-MODELS = Registry("model", modules=("toolbox.nn.models",))
+MODELS = Registry("model", modules=("toolbox.nn.models", "toolbox.rewards.learned"))
 LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
 TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
 SOURCES = Registry("source", modules=("toolbox.data.sources", "toolbox.data.prepared"))
 DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))
 COLLATORS = Registry("collator", modules=("toolbox.data.collators",))
-OBJECTIVES = Registry("objective", modules=("toolbox.objectives.supervised",))
+OBJECTIVES = Registry(
+    "objective",
+    modules=("toolbox.objectives.supervised", "toolbox.objectives.preference", "toolbox.objectives.policy"),
+)
 OPTIMIZERS = Registry("optimizer", modules=("toolbox.trainer.optim",))
 SCHEDULERS = Registry("scheduler", modules=("toolbox.trainer.optim",))
 PRECISIONS = Registry("precision", modules=("toolbox.trainer.precision",))
-TRAINERS = Registry("trainer", modules=("toolbox.trainer.supervised",))
+TRAINERS = Registry(
+    "trainer",
+    modules=(
+        "toolbox.trainer.supervised",
+        "toolbox.trainer.preference",
+        "toolbox.trainer.trl_dpo",
+        "toolbox.trainer.grpo",
+        "toolbox.trainer.trl_sft",
+        "toolbox.trainer.trl_grpo",
+    ),
+)
 CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks",))
-STRATEGIES = Registry("strategy", modules=("toolbox.distributed.single",))
-LAUNCHERS = Registry("launcher", modules=("toolbox.launch.local",))
+STRATEGIES = Registry(
+    "strategy", modules=("toolbox.distributed.single", "toolbox.distributed.ddp", "toolbox.distributed.fsdp")
+)
+LAUNCHERS = Registry(
+    "launcher", modules=("toolbox.launch.local", "toolbox.launch.torchrun", "toolbox.launch.slurm")
+)
 ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
-REWARDS = Registry("reward", modules=())
+REWARDS = Registry("reward", modules=("toolbox.rewards",))
+ADVANTAGES = Registry("advantage", modules=("toolbox.rl.advantages",))
 EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators",))

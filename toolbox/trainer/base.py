@@ -172,20 +172,18 @@ class BaseTrainer(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = state["step"]
-        self.strategy.load_model_state_dict(self.model, state["model"])
-        self.strategy.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+        self.strategy.load_training_state(self.model, self.optimizer, state)  # any strategy, any world size
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         for cb in self.callbacks:
             if hasattr(cb, "load_state_dict") and type(cb).__name__ in state["callbacks"]:
                 cb.load_state_dict(state["callbacks"][type(cb).__name__])
         self.load_extra_state(state["extra"])
-        set_rng_state(state["rng"])
+        set_rng_state(self.strategy.rank_rng_state(state))
 
     def save_checkpoint(self) -> Path | None:
         state = self.state_dict()
-        path = self.checkpointer.save(self.step, state) if self.context.is_main else None
-        self.strategy.barrier()
+        path = self.strategy.save_checkpoint(self.checkpointer, self.step, state)  # rank 0 returns the folder
         self.bus.emit(Event.CHECKPOINT_SAVED, self, self.step, path=path)
         return path
 

@@ -12,13 +12,17 @@ from toolbox.core.registries import CALLBACKS
 from toolbox.trainer.callbacks.base import Callback
 
 
-def export_pretrained(model, tokenizer, out: Path) -> Path:
-    """Write ``model`` and ``tokenizer`` with save_pretrained into ``out``, atomically."""
+def export_pretrained(model, tokenizer, out: Path, state_dict: dict | None = None) -> Path:
+    """Write ``model`` and ``tokenizer`` with save_pretrained into ``out``, atomically.
+
+    ``state_dict``: the full weights to write instead of ``model.state_dict()`` (a model sharded by
+    FSDP passes the consolidated state its strategy gathered).
+    """
     out = Path(out)
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model = getattr(model, "module", model)  # unwrap DDP
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     fsync_dir(tmp)
@@ -37,15 +41,24 @@ class CheckpointCallback(Callback):
         export_dir: folder, relative to the run dir, for the final model.
     """
 
+    # runs on every rank: under FSDP gathering the full model is a collective; only rank 0 writes
+    main_process_only = False
+
     def __init__(self, keep_last: int = 2, export_dir: str = "model") -> None:
         self.keep_last = keep_last
         self.export_dir = export_dir
 
     def on_checkpoint_saved(self, data: EventData) -> None:
-        if self.keep_last:
+        if self.keep_last and data.trainer.context.is_main:
             data.trainer.checkpointer.prune(self.keep_last)
 
     def on_fit_end(self, data: EventData) -> None:
-        model = data.trainer.model
-        if hasattr(getattr(model, "module", model), "save_pretrained"):
-            export_pretrained(model, data.trainer.tokenizer, data.trainer.context.run_dir / self.export_dir)
+        trainer = data.trainer
+        model = trainer.model
+        if not hasattr(getattr(model, "module", model), "save_pretrained"):
+            return
+        # one consolidated model that loads with from_pretrained in a single process
+        sharded = getattr(trainer.strategy, "shards_model", False)
+        state = trainer.strategy.full_model_state_dict(model) if sharded else None
+        if trainer.context.is_main:
+            export_pretrained(model, trainer.tokenizer, trainer.context.run_dir / self.export_dir, state)

@@ -1,0 +1,161 @@
+"""``launcher=slurm`` against the real single-node cluster of workflow/scripts/local_slurm.sh.
+
+Start it with ``bash workflow/scripts/local_slurm.sh ensure``; where it is not running every test
+here is skipped with the reason. A requeued job (preempted through submitit, or requeued by
+``scontrol requeue``) must resume from its checkpoint and end on the same weights, bit for bit, as
+an uninterrupted run of the same config.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "workflow" / "scripts" / "local_slurm.sh"
+TOOLBOX = [sys.executable, "-m", "toolbox.cli"]
+SMALL = [
+    "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=128",
+    "data.source.num_train=256", "data.source.num_test=32", "trainer.batch_size=16", "eval=lm",
+    "callbacks=none", "device=cpu", "launcher=slurm", "launcher.time_min=10", "launcher.poll_s=0.5",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_slurm() -> None:
+    pytest.importorskip("submitit")
+    if not SCRIPT.is_file():
+        pytest.skip(f"{SCRIPT} not found")
+    try:
+        res = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.skip("local SLURM cluster: 'local_slurm.sh status' timed out")
+    if res.returncode != 0:
+        lines = (res.stdout + res.stderr).strip().splitlines()
+        reason = lines[0] if lines else f"local_slurm.sh status exited {res.returncode}"
+        pytest.skip(f"{reason}; start it with: bash {SCRIPT.relative_to(REPO)} ensure")
+    for tool in ("sbatch", "sacct", "scontrol", "squeue"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"local SLURM cluster: {tool} not on PATH")
+
+
+def _toolbox(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TOOLBOX, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def _sacct_states(job_id: str) -> list[str]:
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True
+    )
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def test_launch_slurm_trains_and_returns(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _toolbox("launch", *SMALL, "trainer.max_steps=5", f"run_dir={run_dir}", "--wait")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert printed["run_dir"] == str(run_dir) and printed["eval/loss"] > 0
+    assert "submitted SLURM job" in proc.stderr
+    assert "Job completed successfully" in proc.stdout + proc.stderr  # the job's log, streamed
+    assert (run_dir / "checkpoints" / "step_00000005" / "manifest.json").is_file()
+
+
+def test_failed_job_wait_exits_non_zero(tmp_path):
+    proc = _toolbox("launch", *SMALL, "trainer.batch_size=300", f"run_dir={tmp_path / 'run'}", "--wait")
+    assert proc.returncode != 0
+    assert "SLURM job" in proc.stderr and "cannot fill one batch" in proc.stderr
+    assert "log:" in proc.stderr
+
+
+def test_sweep_is_one_job_array_and_launch_returns_at_once(tmp_path):
+    run_dir = tmp_path / "sweep_run"
+    proc = _toolbox("launch", *SMALL, f"run_dir={run_dir}", "--sweep", "trainer.max_steps=1,2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+    assert len(jobs) == 2 and all("_" in j["job_id"] for j in jobs)  # array tasks: <array id>_<index>
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        states = [s for j in jobs for s in _sacct_states(j["job_id"])]
+        if len(states) == 2 and all(s == "COMPLETED" for s in states):
+            break
+        assert not any(s.startswith(("FAILED", "CANCELLED", "TIMEOUT")) for s in states), states
+        time.sleep(1)
+    else:
+        pytest.fail(f"sweep jobs did not complete: {states}")
+    for job, steps in zip(jobs, (1, 2), strict=True):
+        assert (Path(job["run_dir"]) / "checkpoints" / f"step_{steps:08d}").is_dir()
+
+
+def _final_weights(run_dir: Path) -> dict:
+    from toolbox.trainer.checkpoint import Checkpointer
+
+    _, state = Checkpointer(run_dir).load_latest()
+    return state["model"]
+
+
+REQUEUE_STEPS = {
+    # submitit's preemption stops the job at once (USR2 -> checkpoint -> requeue -> exit)
+    "preempted": ["trainer.max_steps=60"],
+    # scontrol requeue sends SIGTERM (which submitit ignores) and SIGKILL ~5-10 s later: the steps
+    # must be slow enough that the job is still training then
+    "scontrol_requeue": ["trainer.max_steps=300", "trainer.batch_size=64", "model.num_layers=2"],
+}
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["preempted", pytest.param("scontrol_requeue", marks=pytest.mark.slow)],  # slow: ~2 min
+)
+def test_requeued_job_resumes_to_the_same_weights(how, tmp_path):
+    from toolbox.core.registries import LAUNCHERS
+    from toolbox.experiment import load_config, run_experiment
+
+    steps = [*REQUEUE_STEPS[how], "trainer.save_every=5", "trainer.eval_every=0", "model.dropout=0.1",
+             "+callbacks.checkpoint={name:checkpoint,keep_last:2}"]  # fmt: skip
+    max_steps = int(REQUEUE_STEPS[how][0].split("=")[1])
+    cfg = load_config([*SMALL, *steps, f"run_dir={tmp_path / 'job'}"])
+    launcher = LAUNCHERS.build(cfg.launcher)
+    job = launcher.submit(cfg)
+    first = tmp_path / "job" / "checkpoints" / "step_00000005"
+    deadline = time.time() + 300
+    while not first.exists():
+        assert time.time() < deadline and not job.done(), "the job never wrote its first checkpoint"
+        time.sleep(0.1)
+    if how == "preempted":
+        job._interrupt()  # submitit's preemption: SIGTERM, then USR2 -> __submitit_checkpoint__ + requeue
+    else:
+        subprocess.run(["scontrol", "requeue", str(job.job_id)], check=True)  # the cluster requeues it
+    # a requeued job waits ~2 minutes before it is eligible again (slurmctld); let it start now
+    while True:
+        state = subprocess.run(
+            ["squeue", "-h", "-j", str(job.job_id), "-o", "%T"], capture_output=True, text=True
+        )
+        if state.stdout.strip() == "PENDING":
+            subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True)
+            break
+        assert time.time() < deadline, f"job {job.job_id} was not requeued"
+        time.sleep(0.2)
+
+    reference_dir = tmp_path / "reference"
+    run_experiment(load_config([*SMALL, *steps, f"run_dir={reference_dir}"]))  # in this process
+
+    result = launcher.wait(job, stream=False)
+    assert result["step"] == max_steps
+    assert result["resumed_from"] is not None and 5 <= result["resumed_from"] < max_steps
+    resumed, reference = _final_weights(tmp_path / "job"), _final_weights(reference_dir)
+    assert resumed.keys() == reference.keys()
+    for k in reference:
+        assert torch.equal(resumed[k], reference[k]), k
+    log = Path(job.paths.stdout).read_text() + Path(job.paths.stderr).read_text()
+    if how == "preempted":
+        assert "Requeued job" in log
