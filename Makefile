@@ -5,13 +5,21 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install demo test test-slow lint catalog
+.PHONY: install vllm demo test test-slow lint catalog
 install: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+# vLLM lives in its own environment (its pins clash with ours); the serving tests use it when present
+vllm: .venv-vllm/.installed
+
+.venv-vllm/.installed: requirements-vllm.lock
+	test -x .venv-vllm/bin/python || python3 -m venv .venv-vllm
+	.venv-vllm/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-vllm.lock
 	touch $@
 
 demo: install

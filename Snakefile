@@ -16,6 +16,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/plot.smk"
 # traces -> dataset and serve + bench: include their rule files here (workflow/stages.py explains)
+include: "workflow/rules/serve_bench.smk"
 include: "workflow/rules/publish.smk"
 
 
@@ -23,3 +24,4 @@ rule all:
     default_target: True
     input:
         expand(stages.PATHS["results"], run=sorted(RUNS)),
+        expand(stages.PATHS["bench"], run=sorted(RUNS)),

@@ -23,7 +23,9 @@ def _config(args: argparse.Namespace):
 
         path = Path(args.config)
         if not path.is_file():
-            raise ConfigError(f"--config: {path} does not exist; write one with `toolbox compose --out {path}`.")
+            raise ConfigError(
+                f"--config: {path} does not exist; write one with `toolbox compose --out {path}`."
+            )
         cfg = OmegaConf.load(path)
         bad = [o for o in args.overrides if "=" not in o or o.split("=", 1)[0].startswith(("+", "~"))]
         if bad:
@@ -156,10 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory (overrides run_dir)")
     p.set_defaults(fn=cmd_train)
 
+    from toolbox.launch.command import add_launch_parser  # toolbox launch: local, torchrun, slurm, sweeps
+
+    add_launch_parser(sub, OVERRIDES_HELP)
+
+    from toolbox.serving.bench import add_bench_parser  # toolbox bench serve
+    from toolbox.serving.server_cli import add_serve_parser  # toolbox serve
+
+    add_serve_parser(sub)
+    add_bench_parser(sub)
+
     p = sub.add_parser("data", help="build the data set and tokenizer once; later stages read them")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.add_argument("--config", help="a composed config.yaml (from `toolbox compose --out`)")
-    p.add_argument("--out", required=True, help="folder to write train.jsonl, test.jsonl, facts.json, tokenizer/")
+    p.add_argument(
+        "--out", required=True, help="folder to write train.jsonl, test.jsonl, facts.json, tokenizer/"
+    )
     p.set_defaults(fn=cmd_data)
 
     p = sub.add_parser("eval", help="evaluate a trained model; writes eval.json")

@@ -40,6 +40,7 @@ DVC_FILE = "dvc.yaml"
 CONFIG_TREE = "toolbox/configs"  # the Hydra config tree that `toolbox compose` reads
 SLICER = "workflow/scripts/slice_config.py"
 PUBLISHER = "workflow/scripts/publish.py"
+SERVE_BENCH = "workflow/scripts/serve_bench.py"
 DEFAULTS = "work/_defaults/config.yaml"
 PATHS = {
     "config_dir": "work/{run}/config",
@@ -54,6 +55,7 @@ PATHS = {
     "checkpoints": "work/{run}/train/checkpoints",
     "resume_key": "work/{run}/train/checkpoints.config.yaml",
     "eval": "work/{run}/eval.json",
+    "bench": "work/{run}/bench.json",
     "plots": "work/{run}/plots",
     "results": "results/{run}",
     "log": "work/{run}/logs/{stage}.log",
@@ -186,7 +188,14 @@ STAGES: tuple[Stage, ...] = (
         outs={"plots": Out(PATHS["plots"], directory=True)},
         doc="PNG curves of metrics.jsonl",
     ),
-    # traces -> dataset and serve + bench stages go here (see the module docstring)
+    # traces -> dataset stages go here (see the module docstring)
+    Stage(
+        "serve_bench",
+        "python {serve_bench} --model {model} --out {bench}",
+        deps={"model": PATHS["model"], "script": SERVE_BENCH},
+        outs={"bench": Out(PATHS["bench"])},
+        doc="bench.json: `toolbox bench serve` against `toolbox serve` of the trained model",
+    ),
     Stage(
         "publish",
         "python {publisher} --config {full_cfg} --model {model} --eval {eval} --metrics {metrics} "
@@ -259,6 +268,7 @@ def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
         "defaults": DEFAULTS,
         "slicer": SLICER,
         "publisher": PUBLISHER,
+        "serve_bench": SERVE_BENCH,
         **{k: v.format(run=run) for k, v in PATHS.items() if k not in ("log", "benchmark")},
     }
     if entry is not None and run is not None:

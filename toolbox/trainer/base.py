@@ -100,6 +100,8 @@ class BaseTrainer(ABC):
                 self._evaluate()
             if self.save_every and self.step % self.save_every == 0 and self.step < self.max_steps:
                 self.save_checkpoint()
+            if self.context.world_size > 1:  # one rank's stop request (early stopping) stops them all
+                self.should_stop = self.strategy.all_reduce_sum(float(self.should_stop)) > 0
         return self._finish()
 
     def _prepare_run(self) -> int | None:

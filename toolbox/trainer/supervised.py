@@ -93,7 +93,7 @@ class SupervisedTrainer(BaseTrainer):
         if self.scheduler is not None:
             self.scheduler.step()
         return {
-            "loss": loss_total / max(items, 1),
+            "loss": self.strategy.all_reduce_sum(loss_total) / max(global_items, 1.0),  # over all ranks
             self.objective.accuracy_name: correct / max(items, 1),
             "lr": lr,
             "grad_norm": grad_norm,
