@@ -36,7 +36,10 @@ def adamw(
         eps: Adam's denominator epsilon.
         fused: torch's fused kernel (None: torch decides).
     """
-    return torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=fused)
+    foreach = None if fused else True  # torch picks the per-tensor loop on CPU unless asked
+    return torch.optim.AdamW(
+        _param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=fused, foreach=foreach
+    )
 
 
 @OPTIMIZERS.register("sgd")

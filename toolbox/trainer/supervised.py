@@ -78,9 +78,9 @@ class SupervisedTrainer(BaseTrainer):
         # normalise the summed gradient by the global item count (all micro-batches, all ranks)
         global_items = self.strategy.all_reduce_sum(float(items))
         scale = self.context.world_size / max(global_items, 1.0)  # DDP averages over ranks
-        for p in self._params:
-            if p.grad is not None:
-                p.grad.mul_(scale)
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale)
         if self.precision.scaler is not None:
             self.precision.scaler.unscale_(self.optimizer)
         grad_norm = self._clip()

@@ -53,12 +53,13 @@ class PadCollator:
         length = max(len(ex["input_ids"]) for ex in examples)
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        input_ids = torch.full((len(examples), length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
-        completion_mask = torch.zeros((len(examples), length), dtype=torch.long)
-        for row, ex in enumerate(examples):
-            n = len(ex["input_ids"])
-            input_ids[row, :n] = torch.as_tensor(ex["input_ids"], dtype=torch.long)
-            attention_mask[row, :n] = 1
-            completion_mask[row, :n] = torch.as_tensor(ex.get("completion_mask", [1] * n), dtype=torch.long)
+        # one tensor from padded Python lists: much cheaper than a tensor copy per row
+        pad = self.pad_id
+        ids = [ex["input_ids"] + [pad] * (length - len(ex["input_ids"])) for ex in examples]
+        lengths = torch.tensor([len(ex["input_ids"]) for ex in examples])
+        comp = [list(ex.get("completion_mask", [1] * len(ex["input_ids"]))) for ex in examples]
+        comp = [c + [0] * (length - len(c)) for c in comp]
+        input_ids = torch.tensor(ids, dtype=torch.long)
+        attention_mask = (torch.arange(length) < lengths[:, None]).long()
+        completion_mask = torch.tensor(comp, dtype=torch.long)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask}
