@@ -34,8 +34,10 @@ def adamw(
         weight_decay: decoupled weight decay of 2-D (and larger) parameters.
         betas: Adam's moment coefficients.
         eps: Adam's denominator epsilon.
-        fused: torch's fused kernel (None: torch decides).
+        fused: torch's fused kernel (None: fused for plain CPU/CUDA parameters, else foreach).
     """
+    if fused is None:  # the fused kernel where it applies (plain tensors: not FSDP's DTensors)
+        fused = all(type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") for p in model.parameters())
     foreach = None if fused else True  # torch picks the per-tensor loop on CPU unless asked
     return torch.optim.AdamW(
         _param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=fused, foreach=foreach
