@@ -23,6 +23,7 @@ from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
 from toolbox.objectives.preference import DPOLoss, HingeLoss, IPOLoss, RobustDPOLoss
 from toolbox.trainer.preference import PreferenceTrainer
+from toolbox.trainer.trl_bridge import event_bridge
 
 if TYPE_CHECKING:
     from toolbox.experiment import Components
@@ -115,7 +116,7 @@ class TRLDPOTrainer(PreferenceTrainer):
 
     def _trl_trainer(self) -> Any:
         import datasets
-        from transformers import PrinterCallback, TrainerCallback
+        from transformers import PrinterCallback
         from trl import DPOConfig
         from trl import DPOTrainer as TRLTrainer
 
@@ -124,30 +125,6 @@ class TRLDPOTrainer(PreferenceTrainer):
             {"prompt": r[prompt], "chosen": r[chosen], "rejected": r[rejected]}
             for r in self.parts.splits.train
         ]
-        outer = self
-
-        class Bridge(TrainerCallback):
-            """TRL's step and log calls → our events."""
-
-            def on_step_begin(self, args, state, control, **kw):
-                outer.bus.emit(Event.STEP_START, outer, state.global_step + 1)
-
-            def on_log(self, args, state, control, logs=None, **kw):
-                if not logs or "train_runtime" in logs:
-                    return
-                outer.step = state.global_step
-                metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-                metrics["accuracy"] = metrics.get("rewards/accuracies", 0.0)
-                metrics["margin"] = metrics.get("rewards/margins", 0.0)
-                metrics["step_time"] = time.perf_counter() - outer._last_log
-                outer._last_log = time.perf_counter()
-                outer.bus.emit(Event.STEP_END, outer, state.global_step, metrics)
-                if (
-                    outer.eval_every
-                    and state.global_step % outer.eval_every == 0
-                    and state.global_step < outer.max_steps
-                ):
-                    outer._evaluate()
 
         precision = type(self.precision).__name__.lower()
         config = DPOConfig(
@@ -180,7 +157,7 @@ class TRLDPOTrainer(PreferenceTrainer):
             train_dataset=datasets.Dataset.from_list(rows),
             processing_class=self.tokenizer,
             optimizers=(self.optimizer, self.scheduler),
-            callbacks=[Bridge()],
+            callbacks=[event_bridge(self, {"rewards/accuracies": "accuracy", "rewards/margins": "margin"})],
         )
         trainer.remove_callback(PrinterCallback)  # our callbacks log; TRL's printer would repeat every step
         return trainer

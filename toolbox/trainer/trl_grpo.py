@@ -27,6 +27,7 @@ from toolbox.core.registries import TRAINERS
 from toolbox.rewards.base import call_reward
 from toolbox.rl.advantages import GroupNorm
 from toolbox.trainer.grpo import GRPOTrainer
+from toolbox.trainer.trl_bridge import event_bridge
 
 
 def trl_reward_funcs(reward: Any) -> list[Any]:
@@ -123,7 +124,7 @@ class TRLGRPOTrainer(GRPOTrainer):
 
     def _trl_trainer(self) -> Any:
         import datasets
-        from transformers import PrinterCallback, TrainerCallback
+        from transformers import PrinterCallback
         from trl import GRPOTrainer as TRLTrainer
 
         rows = [
@@ -132,28 +133,6 @@ class TRLGRPOTrainer(GRPOTrainer):
         ]
         for r in rows:
             r["prompt"] = r.pop(self.prompt_field) if self.prompt_field != "prompt" else r["prompt"]
-        outer = self
-
-        class Bridge(TrainerCallback):
-            """TRL's step and log calls → our events."""
-
-            def on_step_begin(self, args, state, control, **kw):
-                outer.bus.emit(Event.STEP_START, outer, state.global_step + 1)
-
-            def on_log(self, args, state, control, logs=None, **kw):
-                if not logs or "train_runtime" in logs:
-                    return
-                outer.step = state.global_step
-                metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-                metrics["step_time"] = time.perf_counter() - outer._last_log
-                outer._last_log = time.perf_counter()
-                outer.bus.emit(Event.STEP_END, outer, state.global_step, metrics)
-                if (
-                    outer.eval_every
-                    and state.global_step % outer.eval_every == 0
-                    and state.global_step < outer.max_steps
-                ):
-                    outer._evaluate()
 
         if self.objective.beta > 0:  # TRL loads its reference from the model's path: give it one
             ref_dir = Path(tempfile.mkdtemp(prefix="trl_ref_"))
@@ -166,7 +145,7 @@ class TRLGRPOTrainer(GRPOTrainer):
             train_dataset=datasets.Dataset.from_list(rows),
             processing_class=self.tokenizer,
             optimizers=(self.optimizer, self.scheduler),
-            callbacks=[Bridge()],
+            callbacks=[event_bridge(self)],
         )
         trainer.remove_callback(PrinterCallback)
         return trainer

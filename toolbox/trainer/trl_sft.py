@@ -20,6 +20,7 @@ from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
 from toolbox.trainer.supervised import SupervisedTrainer
+from toolbox.trainer.trl_bridge import event_bridge
 
 if TYPE_CHECKING:
     from toolbox.experiment import Components
@@ -81,30 +82,10 @@ class TRLSFTTrainer(SupervisedTrainer):
 
     def _trl_trainer(self) -> Any:
         import datasets
-        from transformers import PrinterCallback, TrainerCallback
+        from transformers import PrinterCallback
         from trl import SFTConfig
         from trl import SFTTrainer as TRLTrainer
 
-        outer = self
-
-        class Bridge(TrainerCallback):
-            def on_step_begin(self, args, state, control, **kw):
-                outer.bus.emit(Event.STEP_START, outer, state.global_step + 1)
-
-            def on_log(self, args, state, control, logs=None, **kw):
-                if not logs or "train_runtime" in logs:
-                    return
-                outer.step = state.global_step
-                metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-                metrics["step_time"] = time.perf_counter() - outer._last_log
-                outer._last_log = time.perf_counter()
-                outer.bus.emit(Event.STEP_END, outer, state.global_step, metrics)
-                if (
-                    outer.eval_every
-                    and state.global_step % outer.eval_every == 0
-                    and state.global_step < outer.max_steps
-                ):
-                    outer._evaluate()
 
         precision = type(self.precision).__name__.lower()
         out = Path(self.context.run_dir) / "trl" if self.context.run_dir else Path(tempfile.mkdtemp())
@@ -134,7 +115,7 @@ class TRLSFTTrainer(SupervisedTrainer):
             train_dataset=datasets.Dataset.from_list(self._rows()),
             processing_class=self.tokenizer,
             optimizers=(self.optimizer, self.scheduler),
-            callbacks=[Bridge()],
+            callbacks=[event_bridge(self)],
         )
         trainer.remove_callback(PrinterCallback)
         return trainer
