@@ -117,6 +117,13 @@ class InferenceEngine(ABC):
         for i, c in enumerate(out.completions):
             yield StreamDelta(i, c.token_ids, c.text, c.finish_reason, c.logprobs)
 
+    def weights_updated(self) -> None:
+        """The model this engine shares was changed in place (an optimizer step): drop derived copies.
+
+        Needed because not every in-place write is visible otherwise (torch's fused AdamW does not
+        bump parameter version counters). Engines without derived weights ignore it.
+        """
+
     def update_weights(self, state_dict: dict[str, Any]) -> None:
         """Load new policy weights in place (RL: after every optimizer step)."""
         raise NotImplementedError(f"{type(self).__name__} cannot update weights in place")

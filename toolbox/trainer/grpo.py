@@ -369,6 +369,7 @@ class GRPOTrainer(BaseTrainer):
     def sync_weights(self) -> None:
         """Make the engine generate with the current policy (a no-op for an engine sharing it)."""
         if self.shared_engine:
+            self.engine.weights_updated()  # a fused optimizer step bumps no version counter
             return
         state = {n: p.detach() for n, p in self.policy.named_parameters()}
         self.engine.update_weights(state)

@@ -127,8 +127,9 @@ class SlotRunner:
 
         q/k/v become one matrix and gate/up another (two matmuls per layer instead of five); the
         rest are the model's own tensors. The parameters stay the source of truth: their version
-        counters (bumped by every in-place write: an optimizer step, ``load_state_dict``,
-        ``copy_``) tell when to rebuild. ``refresh()`` after replacing parameter objects.
+        counters (bumped by most in-place writes: a foreach optimizer step, ``load_state_dict``,
+        ``copy_``) tell when to rebuild. ``refresh()`` after replacing parameter objects or after a
+        write that bumps no counter (torch's fused AdamW): ``InferenceEngine.weights_updated``.
         """
         version = sum(p._version for p in self._sources)
         if self._cached is None or version != self._version:

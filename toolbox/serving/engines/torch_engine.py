@@ -183,6 +183,10 @@ class TorchEngine(InferenceEngine):
             copy_weights_(self.model, state_dict)
             self.runner.refresh()
 
+    def weights_updated(self) -> None:
+        with self.batcher.step_lock:
+            self.runner.refresh()
+
     def stats(self) -> dict[str, int]:
         """``waiting`` and ``running`` requests now, and the limits (for a server's metrics)."""
         return self.batcher.stats()
