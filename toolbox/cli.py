@@ -107,6 +107,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from toolbox.bundle import make_bundle
+
+    manifest = make_bundle(Path(args.repo), Path(args.out), with_data=args.with_data)
+    print(json.dumps({"out": args.out, **manifest}))
+    return 0
+
+
 def cmd_catalog(args: argparse.Namespace) -> int:
     from toolbox.catalog import render_catalog
 
@@ -184,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model folder to evaluate (default: <run>/model)")
     p.add_argument("--out", help="write the metrics JSON here")
     p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("bundle", help="share the pipeline as one archive (workflow, config, lock files[, data])")
+    p.add_argument("--out", required=True, help="the .tar.gz to write")
+    p.add_argument("--with-data", action="store_true", help="add work/, results/ and the DVC cache")
+    p.add_argument("--repo", default=".", help="the repository to bundle (default: here)")
+    p.set_defaults(fn=cmd_bundle)
 
     p = sub.add_parser("catalog", help="list every registered component with its fields, as Markdown")
     p.add_argument("--out", help="write the Markdown here")

@@ -1,0 +1,57 @@
+"""toolbox bundle: one archive that unpacks into a pipeline Snakemake and DVC can run."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+from workflow_copy import REPO, Workflow, tiny_config
+
+from toolbox.bundle import make_bundle
+
+
+def _unpack(archive: Path, dest: Path) -> set[str]:
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        tar.extractall(dest, filter="tar")
+    return names
+
+
+def test_bundle_holds_the_pipeline_and_snakemake_plans_it(tmp_path):
+    manifest = make_bundle(REPO, tmp_path / "pipeline.tar.gz")
+    names = _unpack(tmp_path / "pipeline.tar.gz", tmp_path / "new")
+    assert {"Snakefile", "dvc.yaml", "requirements.lock", "pyproject.toml", "Makefile", "config/config.yaml",
+            "workflow/stages.py", "toolbox/cli.py", "BUNDLE.json"} <= names
+    assert not any(n.startswith((".venv", "work/", "results/")) for n in names)
+    assert manifest["files"] == len(names) - 1 and not manifest["with_data"]
+    wf = Workflow(tmp_path / "new")
+    planned = wf.ran(wf.snakemake("-n", "results/demo/").stdout)
+    assert {"compose", "data", "train", "eval", "publish"} <= planned
+
+
+@pytest.mark.slow
+def test_bundle_with_data_reproduces_with_nothing_to_recompute(tmp_path):
+    """A run reproduced from a bundle, bundled again with its data: the receiver's dvc repro does nothing."""
+    make_bundle(REPO, tmp_path / "code.tar.gz")
+    _unpack(tmp_path / "code.tar.gz", tmp_path / "a")
+    a = Workflow(tmp_path / "a")
+    a.write_config(tiny_config())
+    a.run("git", "init", "-q")
+    a.run("git", "add", "-A")
+    a.run("git", "commit", "-qm", "bundle")
+    assert {"data-tiny", "train-tiny", "eval-tiny"} <= a.dvc_ran(a.dvc("repro").stdout)
+    a.run("git", "add", "-A")
+    a.run("git", "commit", "-qm", "reproduced")
+
+    manifest = make_bundle(tmp_path / "a", tmp_path / "full.tar.gz", with_data=True)
+    assert manifest["with_data"] and manifest["has_dvc_lock"]
+    names = _unpack(tmp_path / "full.tar.gz", tmp_path / "b")
+    assert any(n.startswith("work/tiny/train/model/") for n in names)
+    b = Workflow(tmp_path / "b")
+    b.run("git", "init", "-q")
+    b.run("git", "add", "-A")
+    b.run("git", "commit", "-qm", "received")
+    again = b.dvc("repro")
+    assert not b.dvc_ran(again.stdout), again.stdout
+    assert b.snakemake("-n", "results/tiny/").returncode == 0
