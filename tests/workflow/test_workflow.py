@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -194,6 +195,12 @@ def test_profiles_parse(workflow_copy: Workflow) -> None:
 def test_lint_is_clean(workflow_copy: Workflow) -> None:
     res = workflow_copy.snakemake("--lint")
     assert "Congratulations, your workflow is in a good condition!" in res.stdout + res.stderr
+
+
+def test_rules_are_snakefmt_formatted() -> None:
+    res = subprocess.run([tool("snakefmt"), "--check", "Snakefile", "workflow/rules"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
 
 
 # -- the slices -----------------------------------------------------------------------------------

@@ -15,10 +15,15 @@ import stages  # noqa: E402  (workflow/stages.py: the single definition of every
 configfile: "config/config.yaml"
 
 
-CONFIG_NAME = ", ".join(str(f) for f in getattr(workflow, "configfiles", [])) or "config/config.yaml"
+CONFIG_NAME = (
+    ", ".join(str(f) for f in getattr(workflow, "configfiles", []))
+    or "config/config.yaml"
+)
 errors = stages.config_errors(config)
 if errors:
-    raise WorkflowError(f"{CONFIG_NAME} is not valid:\n" + "\n".join(f"  {e}" for e in errors))
+    raise WorkflowError(
+        f"{CONFIG_NAME} is not valid:\n" + "\n".join(f"  {e}" for e in errors)
+    )
 RAW_RUNS = copy.deepcopy(config["runs"])  # as written: what dvc.yaml is generated from
 RUNS = {
     run: {**e, "overrides": e.get("overrides") or [], "resources": stages.resources(e)}
@@ -57,9 +62,14 @@ def stage_input(name):
     """The rule's input: the stage's deps, {run} left as the wildcard. A dep made by the compose
     checkpoint is an input function that resolves it through the checkpoint, so that Snakemake
     re-evaluates this job once compose has run (and skips it if its slice did not change); it also
-    rejects an unknown run with the list of runs (compose's params do the same for publish)."""
+    rejects an unknown run with the list of runs (compose's params do the same for publish).
+    """
     stage = stages.BY_NAME[name]
-    from_compose = [k for k, p in stage.deps.items() if stages.PRODUCER.get(p, (None,))[0] is stages.BY_NAME["compose"]]
+    from_compose = [
+        k
+        for k, p in stage.deps.items()
+        if stages.PRODUCER.get(p, (None,))[0] is stages.BY_NAME["compose"]
+    ]
     if name == "publish":
         # the target's rule reads compose's output directly (a plain dependency), so that a dry
         # run lists every stage, and a removed compose output is rebuilt when publish reruns
@@ -87,7 +97,11 @@ def _through_checkpoint(path):
 def stage_output(name):
     """The stage's declared outputs with the {run} wildcard (directory() for folders)."""
     stage = stages.BY_NAME[name]
-    return {k: directory(o.path) if o.directory else o.path for k, o in stage.outs.items() if o.snakemake}
+    return {
+        k: directory(o.path) if o.directory else o.path
+        for k, o in stage.outs.items()
+        if o.snakemake
+    }
 
 
 def stage_cmd(name):
@@ -108,7 +122,9 @@ def stage_benchmark(name):
 
 def train_resource(key):
     """A train resource of the run; unset strings are "" (the SLURM plugin skips empty values)."""
-    return lambda wildcards: entry(wildcards.run)["resources"].get(key) or ("" if key in ("gpu_model", "slurm_partition") else 0)
+    return lambda wildcards: entry(wildcards.run)["resources"].get(key) or (
+        "" if key in ("gpu_model", "slurm_partition") else 0
+    )
 
 
 def check_dvc_yaml():

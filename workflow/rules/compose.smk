@@ -8,14 +8,14 @@ rule defaults:
         **stage_input("defaults"),
     output:
         **stage_output("defaults"),
-    params:
-        cmd=stage_cmd("defaults"),
     log:
         stage_log("defaults"),
     benchmark:
         stage_benchmark("defaults")
     conda:
         "../envs/toolbox.yaml"
+    params:
+        cmd=stage_cmd("defaults"),
     shell:
         "( {params.cmd} ) > {log} 2>&1"
 
@@ -25,13 +25,13 @@ checkpoint compose:
         **stage_input("compose"),
     output:
         **stage_output("compose"),
-    params:
-        cmd=stage_cmd("compose"),
     log:
         stage_log("compose"),
     benchmark:
         stage_benchmark("compose")
     conda:
         "../envs/toolbox.yaml"
+    params:
+        cmd=stage_cmd("compose"),
     shell:
         "( {params.cmd} ) > {log} 2>&1"

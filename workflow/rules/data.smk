@@ -6,13 +6,13 @@ rule data:
         **stage_input("data"),
     output:
         **stage_output("data"),
-    params:
-        cmd=stage_cmd("data"),
     log:
         stage_log("data"),
     benchmark:
         stage_benchmark("data")
     conda:
         "../envs/toolbox.yaml"
+    params:
+        cmd=stage_cmd("data"),
     shell:
         "( {params.cmd} ) > {log} 2>&1"

@@ -7,13 +7,13 @@ rule eval:
         **stage_input("eval"),
     output:
         **stage_output("eval"),
-    params:
-        cmd=stage_cmd("eval"),
     log:
         stage_log("eval"),
     benchmark:
         stage_benchmark("eval")
     conda:
         "../envs/toolbox.yaml"
+    params:
+        cmd=stage_cmd("eval"),
     shell:
         "( {params.cmd} ) > {log} 2>&1"

@@ -6,13 +6,13 @@ rule plot:
         **stage_input("plot"),
     output:
         **stage_output("plot"),
-    params:
-        cmd=stage_cmd("plot"),
     log:
         stage_log("plot"),
     benchmark:
         stage_benchmark("plot")
     conda:
         "../envs/toolbox.yaml"
+    params:
+        cmd=stage_cmd("plot"),
     shell:
         "( {params.cmd} ) > {log} 2>&1"

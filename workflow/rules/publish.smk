@@ -8,16 +8,18 @@ rule publish:
         **stage_input("publish"),
     output:
         **stage_output("publish"),
-    params:
-        cmd=stage_cmd("publish"),
-        # the run's overrides: if compose failed after a change (Snakemake then deletes its
-        # outputs and would forget the change), publish still sees it and asks for compose again
-        run_overrides=lambda wildcards: " ".join(stages.overrides(wildcards.run, entry(wildcards.run))),
     log:
         stage_log("publish"),
     benchmark:
         stage_benchmark("publish")
     conda:
         "../envs/toolbox.yaml"
+    params:
+        cmd=stage_cmd("publish"),
+        # the run's overrides: if compose failed after a change (Snakemake then deletes its
+        # outputs and would forget the change), publish still sees it and asks for compose again
+        run_overrides=lambda wildcards: " ".join(
+            stages.overrides(wildcards.run, entry(wildcards.run))
+        ),
     shell:
         "( {params.cmd} ) > {log} 2>&1"

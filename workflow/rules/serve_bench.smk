@@ -7,13 +7,13 @@ rule serve_bench:
         **stage_input("serve_bench"),
     output:
         **stage_output("serve_bench"),
-    params:
-        cmd=stage_cmd("serve_bench"),
     log:
         stage_log("serve_bench"),
     benchmark:
         stage_benchmark("serve_bench")
     conda:
         "../envs/toolbox.yaml"
+    params:
+        cmd=stage_cmd("serve_bench"),
     shell:
         "( {params.cmd} ) > {log} 2>&1"

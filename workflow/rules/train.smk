@@ -13,8 +13,6 @@ rule train:
         **stage_input("train"),
     output:
         **stage_output("train"),
-    params:
-        cmd=stage_cmd("train"),
     log:
         stage_log("train"),
     benchmark:
@@ -30,5 +28,7 @@ rule train:
         gpu_model=train_resource("gpu_model"),
         nodes=train_resource("nodes"),
         slurm_partition=train_resource("slurm_partition"),
+    params:
+        cmd=stage_cmd("train"),
     shell:
         "( {params.cmd} ) > {log} 2>&1"
