@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tarfile
 from pathlib import Path
 
@@ -32,15 +33,19 @@ def test_bundle_holds_the_pipeline_and_snakemake_plans_it(tmp_path):
 
 @pytest.mark.slow
 def test_bundle_with_data_reproduces_with_nothing_to_recompute(tmp_path):
-    """A run reproduced from a bundle, bundled again with its data: the receiver's dvc repro does nothing."""
+    """A bundle unpacked with a fresh environment (its own `make install`) reproduces a run; bundled
+    again with its data, the receiver's dvc repro has nothing to recompute."""
     make_bundle(REPO, tmp_path / "code.tar.gz")
     _unpack(tmp_path / "code.tar.gz", tmp_path / "a")
     a = Workflow(tmp_path / "a")
+    a.run("make", "install", timeout=1800)  # the bundle's own pinned environment
+    fresh = tmp_path / "a" / ".venv" / "bin"
+    a.env["PATH"] = f"{fresh}{os.pathsep}{a.env['PATH']}"
     a.write_config(tiny_config())
     a.run("git", "init", "-q")
     a.run("git", "add", "-A")
     a.run("git", "commit", "-qm", "bundle")
-    assert {"data-tiny", "train-tiny", "eval-tiny"} <= a.dvc_ran(a.dvc("repro").stdout)
+    assert {"data-tiny", "train-tiny", "eval-tiny"} <= a.dvc_ran(a.run(str(fresh / "dvc"), "repro").stdout)
     a.run("git", "add", "-A")
     a.run("git", "commit", "-qm", "reproduced")
 
