@@ -26,8 +26,10 @@ def test_composition_is_deterministic_and_machine_independent():
 
 
 def test_misspelt_key_on_the_command_line():
-    with pytest.raises(ConfigError, match="max_stepz"):
+    with pytest.raises(ConfigError) as e:
         load_config(["trainer.max_stepz=5"])
+    assert str(e.value).startswith("trainer.max_stepz: unknown key. Did you mean 'max_steps'? Valid keys:")
+    assert "batch_size" in str(e.value) and "+trainer.max_stepz=" in str(e.value)
     cfg = load_config(["+trainer.max_stepz=5"])
     with pytest.raises(ConfigError) as e:
         validate_config(cfg)

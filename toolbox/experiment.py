@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -48,12 +49,30 @@ def load_config(overrides: Sequence[str] = (), config_dir: str | Path | None = N
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(_hydra_message(e)) from None
+        message = _hydra_message(e)
+        bad = re.search(r"Could not override '([^']+)'", message)
+        if bad:  # a misspelt key: name the valid keys at that level, as validate_config does
+            message = _unknown_override(bad.group(1), [o for o in overrides if o.split("=", 1)[0] != bad.group(1)])
+        raise ConfigError(message) from None
     finally:
         GlobalHydra.instance().clear()
     OmegaConf.set_struct(cfg, False)
     cfg.pop("hydra", None)
     return cfg
+
+
+def _unknown_override(key: str, others: list[str]) -> str:
+    """The message for an override of a key the config lacks: the valid keys and the closest one."""
+    parent_path, _, name = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(load_config(others), parent_path) if parent_path else load_config(others)
+    except ConfigError:
+        parent = None
+    valid = sorted(str(k) for k in parent.keys()) if isinstance(parent, DictConfig) else []
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    listed = f" Valid keys: {', '.join(valid)}." if valid else ""
+    return f"{key}: unknown key.{hint}{listed} To add a new key, write +{key}=..."
 
 
 def _hydra_message(e: Exception) -> str:
