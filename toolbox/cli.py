@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for the PNGs (default: <run>/plots)")
     p.set_defaults(fn=cmd_plot)
 
-    p = sub.add_parser("demo", help="train, evaluate and checkpoint the embedded demo (about a minute)")
+    p = sub.add_parser("demo", help="train, evaluate and checkpoint the embedded demo (about two minutes on 2 cores)")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.set_defaults(fn=cmd_demo)
     return parser
