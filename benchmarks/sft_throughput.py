@@ -49,10 +49,21 @@ class StepClock:
 def setup(args):
     from toolbox.experiment import ExperimentBuilder, load_config
 
-    overrides = [*MODEL, f"trainer.max_steps={args.steps}", f"trainer.batch_size={args.batch_size}",
-                 "trainer.eval_every=0", "trainer.save_every=0", "callbacks=none", "eval=none", "device=cpu",
-                 "scheduler=constant", f"optimizer.lr={args.lr}", f"run_dir={tempfile.mkdtemp()}",
-                 "trainer.max_grad_norm=1.0", "data.source.num_train=4000"]
+    overrides = [
+        *MODEL,
+        f"trainer.max_steps={args.steps}",
+        f"trainer.batch_size={args.batch_size}",
+        "trainer.eval_every=0",
+        "trainer.save_every=0",
+        "callbacks=none",
+        "eval=none",
+        "device=cpu",
+        "scheduler=constant",
+        f"optimizer.lr={args.lr}",
+        f"run_dir={tempfile.mkdtemp()}",
+        "trainer.max_grad_norm=1.0",
+        "data.source.num_train=4000",
+    ]
     return load_config(overrides), ExperimentBuilder
 
 
@@ -80,9 +91,13 @@ def bench_hf_trainer(args, clock: StepClock) -> None:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     parts = hf_inputs(args)
-    rows = [{"input_ids": ex["input_ids"],
-             "labels": [t if m else -100 for t, m in zip(ex["input_ids"], ex["completion_mask"], strict=True)]}
-            for ex in parts.train_data]
+    rows = [
+        {
+            "input_ids": ex["input_ids"],
+            "labels": [t if m else -100 for t, m in zip(ex["input_ids"], ex["completion_mask"], strict=True)],
+        }
+        for ex in parts.train_data
+    ]
     pad = parts.tokenizer.pad_token_id
 
     def collate(batch):
@@ -104,13 +119,30 @@ def bench_hf_trainer(args, clock: StepClock) -> None:
             clock.step_done()
 
     targs = TrainingArguments(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.batch_size, max_steps=args.steps,
-        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=1.0, logging_steps=10**6, save_strategy="no", report_to="none", bf16=False,
-        dataloader_num_workers=0, seed=0, disable_tqdm=True, use_cpu=True,
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=args.batch_size,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        bf16=False,
+        dataloader_num_workers=0,
+        seed=0,
+        disable_tqdm=True,
+        use_cpu=True,
     )
-    trainer = Trainer(model=parts.model, args=targs, train_dataset=datasets.Dataset.from_list(rows),
-                      data_collator=collate, callbacks=[Clock()])
+    trainer = Trainer(
+        model=parts.model,
+        args=targs,
+        train_dataset=datasets.Dataset.from_list(rows),
+        data_collator=collate,
+        callbacks=[Clock()],
+    )
     trainer.train()
 
 
@@ -127,14 +159,34 @@ def bench_trl_sft(args, clock: StepClock) -> None:
             clock.step_done()
 
     sargs = SFTConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.batch_size, max_steps=args.steps,
-        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=1.0, logging_steps=10**6, save_strategy="no", report_to="none", bf16=False,
-        activation_checkpointing=False, dataloader_num_workers=0, seed=0, disable_tqdm=True,
-        completion_only_loss=True, max_length=64, packing=False, use_cpu=True,
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=args.batch_size,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        bf16=False,
+        activation_checkpointing=False,
+        dataloader_num_workers=0,
+        seed=0,
+        disable_tqdm=True,
+        completion_only_loss=True,
+        max_length=64,
+        packing=False,
+        use_cpu=True,
     )
-    trainer = SFTTrainer(model=parts.model, args=sargs, train_dataset=datasets.Dataset.from_list(rows),
-                         processing_class=parts.tokenizer, callbacks=[Clock()])
+    trainer = SFTTrainer(
+        model=parts.model,
+        args=sargs,
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=parts.tokenizer,
+        callbacks=[Clock()],
+    )
     trainer.train()
 
 
@@ -146,7 +198,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, the same for all three")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads, the same for all three"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -155,16 +209,28 @@ def main() -> None:
     examples = builder.from_config(cfg).build(with_trainer=False).train_data
     tokens_per_example = sum(len(e["input_ids"]) for e in examples) / len(examples)
 
-    result = {"steps_timed": args.steps - args.warmup, "batch_size": args.batch_size,
-              "torch_threads": torch.get_num_threads(), "tokens_per_example": round(tokens_per_example, 2)}
-    for name, fn in (("toolbox", bench_toolbox), ("hf_trainer", bench_hf_trainer), ("trl_sft", bench_trl_sft)):
+    result = {
+        "steps_timed": args.steps - args.warmup,
+        "batch_size": args.batch_size,
+        "torch_threads": torch.get_num_threads(),
+        "tokens_per_example": round(tokens_per_example, 2),
+    }
+    for name, fn in (
+        ("toolbox", bench_toolbox),
+        ("hf_trainer", bench_hf_trainer),
+        ("trl_sft", bench_trl_sft),
+    ):
         clock = StepClock(args.warmup)
         fn(args, clock)
         steps_per_s = clock.timed_steps / clock.seconds
-        result[name] = {"steps_per_s": round(steps_per_s, 2),
-                        "tokens_per_s": round(steps_per_s * args.batch_size * tokens_per_example, 1)}
+        result[name] = {
+            "steps_per_s": round(steps_per_s, 2),
+            "tokens_per_s": round(steps_per_s * args.batch_size * tokens_per_example, 1),
+        }
     fastest_peer = max(result["hf_trainer"]["steps_per_s"], result["trl_sft"]["steps_per_s"])
-    result["ratio_vs_hf_trainer"] = round(result["toolbox"]["steps_per_s"] / result["hf_trainer"]["steps_per_s"], 2)
+    result["ratio_vs_hf_trainer"] = round(
+        result["toolbox"]["steps_per_s"] / result["hf_trainer"]["steps_per_s"], 2
+    )
     result["ratio_vs_trl_sft"] = round(result["toolbox"]["steps_per_s"] / result["trl_sft"]["steps_per_s"], 2)
     result["ratio_vs_fastest_peer"] = round(result["toolbox"]["steps_per_s"] / fastest_peer, 2)
     print(json.dumps(result))

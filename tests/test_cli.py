@@ -35,8 +35,17 @@ def test_bad_input_is_one_line_error_without_traceback():
 
 def test_data_train_eval_plot_stages(tmp_path, tiny):
     config, data, run_dir = tmp_path / "config.yaml", tmp_path / "data", tmp_path / "run"
-    run("compose", *tiny, "trainer.max_steps=6", "trainer.eval_every=3", "callbacks=default", "eval=generation",
-        "eval.exact_match.max_examples=8", "--out", str(config))
+    run(
+        "compose",
+        *tiny,
+        "trainer.max_steps=6",
+        "trainer.eval_every=3",
+        "callbacks=default",
+        "eval=generation",
+        "eval.exact_match.max_examples=8",
+        "--out",
+        str(config),
+    )
     summary = json.loads(run("data", "--config", str(config), "--out", str(data)).stdout)
     assert summary["train"] == 256 and summary["test"] == 32
     assert {p.name for p in data.iterdir()} == {"train.jsonl", "test.jsonl", "facts.json", "tokenizer"}

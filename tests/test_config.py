@@ -33,13 +33,18 @@ def test_misspelt_key_on_the_command_line():
     cfg = load_config(["+trainer.max_stepz=5"])
     with pytest.raises(ConfigError) as e:
         validate_config(cfg)
-    assert "trainer.max_stepz: unknown key for trainer 'supervised'. Did you mean 'max_steps'?" in str(e.value)
+    assert "trainer.max_stepz: unknown key for trainer 'supervised'. Did you mean 'max_steps'?" in str(
+        e.value
+    )
     assert "Valid keys:" in str(e.value) and "batch_size" in str(e.value)
 
 
 def test_misspelt_nested_component_key():
     cfg = load_config(["+optimizer.weight_decy=0.1"])
-    with pytest.raises(ConfigError, match=r"optimizer.weight_decy: unknown key for optimizer 'adamw'. Did you mean 'weight_decay'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"optimizer.weight_decy: unknown key for optimizer 'adamw'. Did you mean 'weight_decay'\?",
+    ):
         validate_config(cfg)
 
 
@@ -78,8 +83,14 @@ def test_objective_of_the_wrong_family_fails_fast(tiny_overrides):
 
     OBJECTIVES.add("fake_dpo_for_test", FakeDPO)
     try:
-        cfg = load_config([*tiny_overrides, "objective.name=fake_dpo_for_test", "~objective.completion_only",
-                           "~objective.label_smoothing"])
+        cfg = load_config(
+            [
+                *tiny_overrides,
+                "objective.name=fake_dpo_for_test",
+                "~objective.completion_only",
+                "~objective.label_smoothing",
+            ]
+        )
         with pytest.raises(ConfigError) as e:
             ExperimentBuilder.from_config(cfg).build()
         msg = str(e.value)

@@ -31,7 +31,9 @@ def _tracked(repo: Path) -> list[str]:
     try:
         out = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
-        raise ToolboxError(f"toolbox bundle: {repo} is not a git checkout ({e}); run it from the repository.") from None
+        raise ToolboxError(
+            f"toolbox bundle: {repo} is not a git checkout ({e}); run it from the repository."
+        ) from None
     return [f for f in out.stdout.decode().split("\0") if f and (repo / f).exists()]
 
 
@@ -45,10 +47,18 @@ def make_bundle(repo: Path, out: Path, with_data: bool = False) -> dict:
         for folder in DATA_DIRS:
             root = repo / folder
             if root.is_dir():
-                files += sorted(str(p.relative_to(repo)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    manifest = {"commit": commit or None, "files": len(files), "with_data": with_data,
-                "has_dvc_lock": "dvc.lock" in files}
+                files += sorted(
+                    str(p.relative_to(repo)) for p in root.rglob("*") if p.is_file() or p.is_symlink()
+                )
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    manifest = {
+        "commit": commit or None,
+        "files": len(files),
+        "with_data": with_data,
+        "has_dvc_lock": "dvc.lock" in files,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     with tarfile.open(tmp, "w:gz") as tar:

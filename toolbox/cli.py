@@ -193,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the metrics JSON here")
     p.set_defaults(fn=cmd_eval)
 
-    p = sub.add_parser("bundle", help="share the pipeline as one archive (workflow, config, lock files[, data])")
+    p = sub.add_parser(
+        "bundle", help="share the pipeline as one archive (workflow, config, lock files[, data])"
+    )
     p.add_argument("--out", required=True, help="the .tar.gz to write")
     p.add_argument("--with-data", action="store_true", help="add work/, results/ and the DVC cache")
     p.add_argument("--repo", default=".", help="the repository to bundle (default: here)")
@@ -208,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for the PNGs (default: <run>/plots)")
     p.set_defaults(fn=cmd_plot)
 
-    p = sub.add_parser("demo", help="train, evaluate and checkpoint the embedded demo (about two minutes on 2 cores)")
+    p = sub.add_parser(
+        "demo", help="train, evaluate and checkpoint the embedded demo (about two minutes on 2 cores)"
+    )
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.set_defaults(fn=cmd_demo)
     return parser

@@ -52,7 +52,9 @@ def load_config(overrides: Sequence[str] = (), config_dir: str | Path | None = N
         message = _hydra_message(e)
         bad = re.search(r"Could not override '([^']+)'", message)
         if bad:  # a misspelt key: name the valid keys at that level, as validate_config does
-            message = _unknown_override(bad.group(1), [o for o in overrides if o.split("=", 1)[0] != bad.group(1)])
+            message = _unknown_override(
+                bad.group(1), [o for o in overrides if o.split("=", 1)[0] != bad.group(1)]
+            )
         raise ConfigError(message) from None
     finally:
         GlobalHydra.instance().clear()
@@ -124,10 +126,31 @@ COMPONENT_NODES: tuple[tuple[str, str, frozenset[str]], ...] = (
 # config key -> registry of nodes that are a mapping of label -> component spec
 COMPONENT_MAPS = (("callbacks", "CALLBACKS"), ("eval", "EVALUATORS"))
 TOP_LEVEL = {f.name for f in fields(RunSettings)}
-GROUP_KEYS = {"model", "tokenizer", "data", "objective", "trainer", "optimizer", "scheduler", "callbacks",
-              "precision", "strategy", "launcher", "engine", "eval"}
-MODEL_FACTS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "in_dim", "num_classes",
-               "obs_dim", "num_actions")
+GROUP_KEYS = {
+    "model",
+    "tokenizer",
+    "data",
+    "objective",
+    "trainer",
+    "optimizer",
+    "scheduler",
+    "callbacks",
+    "precision",
+    "strategy",
+    "launcher",
+    "engine",
+    "eval",
+}
+MODEL_FACTS = (
+    "vocab_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "in_dim",
+    "num_classes",
+    "obs_dim",
+    "num_actions",
+)
 
 
 def _registry(attr: str):
@@ -148,7 +171,9 @@ def validate_config(cfg: DictConfig) -> None:
     for key in sorted(unknown):
         close = difflib.get_close_matches(key, sorted(TOP_LEVEL | GROUP_KEYS), n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"{key}: unknown top-level key.{hint} Valid keys: {', '.join(sorted(TOP_LEVEL | GROUP_KEYS))}.")
+        raise ConfigError(
+            f"{key}: unknown top-level key.{hint} Valid keys: {', '.join(sorted(TOP_LEVEL | GROUP_KEYS))}."
+        )
     top = {k: OmegaConf.to_container(cfg, resolve=True)[k] for k in TOP_LEVEL if k in cfg}
     validate_kwargs(RunSettings, top, "config", "the run")
     data = _node(cfg, "data")
@@ -256,9 +281,16 @@ class ExperimentBuilder:
         model = strategy.prepare_model(MODELS.build(cfg.model, "model", **facts))
         trainer_cfg = cfg.trainer
         optimizer = OPTIMIZERS.build(cfg.optimizer, "optimizer", model=model)
-        scheduler = SCHEDULERS.build(
-            cfg.scheduler, "scheduler", optimizer=optimizer, total_steps=int(trainer_cfg.get("max_steps", 1))
-        ) if cfg.get("scheduler") else None
+        scheduler = (
+            SCHEDULERS.build(
+                cfg.scheduler,
+                "scheduler",
+                optimizer=optimizer,
+                total_steps=int(trainer_cfg.get("max_steps", 1)),
+            )
+            if cfg.get("scheduler")
+            else None
+        )
         parts = Components(
             cfg=cfg,
             context=ctx,
@@ -273,11 +305,15 @@ class ExperimentBuilder:
             scheduler=scheduler,
             collator=collator,
             precision=PRECISIONS.build(cfg.precision, "precision", device=ctx.device),
-            callbacks=[CALLBACKS.build(s, f"callbacks.{k}") for k, s in (cfg.get("callbacks") or {}).items() if s],
+            callbacks=[
+                CALLBACKS.build(s, f"callbacks.{k}") for k, s in (cfg.get("callbacks") or {}).items() if s
+            ],
             evaluators=[EVALUATORS.build(s, f"eval.{k}") for k, s in (cfg.get("eval") or {}).items() if s],
         )
         if with_trainer:
-            settings = {k: v for k, v in OmegaConf.to_container(trainer_cfg, resolve=True).items() if k != "name"}
+            settings = {
+                k: v for k, v in OmegaConf.to_container(trainer_cfg, resolve=True).items() if k != "name"
+            }
             parts.trainer = TRAINERS.get(trainer_cfg.name).from_builder(parts, **settings)
         return parts
 

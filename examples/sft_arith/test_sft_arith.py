@@ -12,9 +12,19 @@ from toolbox.experiment import load_config
 def test_experiment_trains_and_evaluates_a_few_steps(tmp_path):
     from toolbox.experiment import run_experiment
 
-    cfg = load_config(["experiment=sft_arith", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.save_every=2",
-                       "data.source.num_train=128", "data.source.num_test=16", "callbacks=none", "device=cpu",
-                       f"run_dir={tmp_path}"])
+    cfg = load_config(
+        [
+            "experiment=sft_arith",
+            "trainer.max_steps=4",
+            "trainer.eval_every=2",
+            "trainer.save_every=2",
+            "data.source.num_train=128",
+            "data.source.num_test=16",
+            "callbacks=none",
+            "device=cpu",
+            f"run_dir={tmp_path}",
+        ]
+    )
     metrics = run_experiment(cfg)
     assert set(metrics) == {"eval/loss", "eval/perplexity", "eval/token_accuracy", "eval/exact_match"}
     assert 0.0 <= metrics["eval/exact_match"] <= 1.0
@@ -24,8 +34,18 @@ def test_experiment_trains_and_evaluates_a_few_steps(tmp_path):
 def test_reaches_95_percent_exact_match(tmp_path):
     """The README's claim: >= 95 % greedy exact match on held-out two-digit additions."""
     out = subprocess.run(
-        [sys.executable, "-m", "toolbox.cli", "train", "experiment=sft_arith", f"run_dir={tmp_path}",
-         "callbacks=none"], capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "toolbox.cli",
+            "train",
+            "experiment=sft_arith",
+            f"run_dir={tmp_path}",
+            "callbacks=none",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
     assert metrics["eval/exact_match"] >= 0.95

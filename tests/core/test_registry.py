@@ -87,10 +87,12 @@ def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
     dist = tmp_path / "my_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(textwrap.dedent("""
+    (dist / "entry_points.txt").write_text(
+        textwrap.dedent("""
         [toolbox.gadget_test]
         fancy = my_plugin:make
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = Registry("gadget_test")
     try:

@@ -12,8 +12,14 @@ from toolbox.core.errors import CheckpointError
 from toolbox.core.events import Event
 from toolbox.experiment import ExperimentBuilder, load_config
 
-STEPS = ["trainer.max_steps=20", "trainer.save_every=10", "trainer.eval_every=0", "callbacks=default",
-         "~callbacks.console", "model.dropout=0.1"]
+STEPS = [
+    "trainer.max_steps=20",
+    "trainer.save_every=10",
+    "trainer.eval_every=0",
+    "callbacks=default",
+    "~callbacks.console",
+    "model.dropout=0.1",
+]
 
 
 def _build(overrides):
@@ -71,7 +77,9 @@ def test_sigkill_during_save_resumes_from_last_complete_checkpoint(tiny_override
     run_dir = tmp_path / "killed"
     steps = [*STEPS, "trainer.max_steps=30"]
     run = [*tiny_overrides, *steps, f"run_dir={run_dir}"]
-    proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, *run], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, *run], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     ckpts = run_dir / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir() if not p.name.startswith(".")) == ["step_00000010"]

@@ -13,8 +13,18 @@ def _build(overrides):
 
 
 def test_loss_falls_and_files_are_written(tiny_overrides, tmp_path):
-    parts = _build([*tiny_overrides, "trainer.max_steps=30", "trainer.eval_every=15", "trainer.save_every=15",
-                    "callbacks=default", "~callbacks.console", "optimizer.lr=3e-3", "scheduler.warmup_steps=2"])
+    parts = _build(
+        [
+            *tiny_overrides,
+            "trainer.max_steps=30",
+            "trainer.eval_every=15",
+            "trainer.save_every=15",
+            "callbacks=default",
+            "~callbacks.console",
+            "optimizer.lr=3e-3",
+            "scheduler.warmup_steps=2",
+        ]
+    )
     losses = []
     from toolbox.core.events import Event
 
@@ -47,9 +57,13 @@ PINNED_LOSSES = [3.0669, 3.0034, 3.1178, 2.9963, 3.0422]  # torch 2.13 CPU, seed
 
 
 def test_grad_accumulation_matches_one_large_batch(tiny_overrides):
-    big = _build([*tiny_overrides, "trainer.max_steps=1", "trainer.batch_size=16", "trainer.grad_accum_steps=1"])
+    big = _build(
+        [*tiny_overrides, "trainer.max_steps=1", "trainer.batch_size=16", "trainer.grad_accum_steps=1"]
+    )
     big.trainer.train_step()
-    small = _build([*tiny_overrides, "trainer.max_steps=1", "trainer.batch_size=8", "trainer.grad_accum_steps=2"])
+    small = _build(
+        [*tiny_overrides, "trainer.max_steps=1", "trainer.batch_size=8", "trainer.grad_accum_steps=2"]
+    )
     small.trainer.train_step()
     for a, b in zip(big.model.parameters(), small.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
@@ -62,8 +76,15 @@ def test_bf16_autocast_trains(tiny_overrides):
 
 
 def test_sgd_and_linear_schedule(tiny_overrides):
-    parts = _build([*tiny_overrides, "trainer.max_steps=10", "optimizer=sgd", "scheduler=linear",
-                    "scheduler.warmup_steps=2"])
+    parts = _build(
+        [
+            *tiny_overrides,
+            "trainer.max_steps=10",
+            "optimizer=sgd",
+            "scheduler=linear",
+            "scheduler.warmup_steps=2",
+        ]
+    )
     lrs = []
     from toolbox.core.events import Event
 
@@ -75,8 +96,17 @@ def test_sgd_and_linear_schedule(tiny_overrides):
 
 def test_classifier_gets_data_facts_injected(tmp_path):
     """in_dim and num_classes come from the data source, not the config; no tokenizer is built."""
-    parts = _build(["experiment=classify_blobs", "data.source.in_dim=5", "data.source.num_classes=4",
-                    "trainer.max_steps=60", "callbacks=none", "device=cpu", f"run_dir={tmp_path}"])
+    parts = _build(
+        [
+            "experiment=classify_blobs",
+            "data.source.in_dim=5",
+            "data.source.num_classes=4",
+            "trainer.max_steps=60",
+            "callbacks=none",
+            "device=cpu",
+            f"run_dir={tmp_path}",
+        ]
+    )
     assert parts.tokenizer is None
     assert parts.model.net[0].in_features == 5 and parts.model.net[-1].out_features == 4
     final = parts.trainer.fit()
@@ -91,6 +121,9 @@ def test_label_smoothing_raises_the_loss_of_confident_predictions():
     identity = lambda x: x  # noqa: E731
     plain = ClassificationLoss()(identity, batch).loss_sum
     smooth = ClassificationLoss(label_smoothing=0.1)(identity, batch).loss_sum
-    expected = -(0.9 + 0.1 / 3) * torch.log_softmax(logits, -1)[0, 0] - (0.1 / 3) * torch.log_softmax(logits, -1)[0, 1:].sum()
+    expected = (
+        -(0.9 + 0.1 / 3) * torch.log_softmax(logits, -1)[0, 0]
+        - (0.1 / 3) * torch.log_softmax(logits, -1)[0, 1:].sum()
+    )
     torch.testing.assert_close(smooth, expected)
     assert smooth > plain

@@ -22,8 +22,17 @@ def _unpack(archive: Path, dest: Path) -> set[str]:
 def test_bundle_holds_the_pipeline_and_snakemake_plans_it(tmp_path):
     manifest = make_bundle(REPO, tmp_path / "pipeline.tar.gz")
     names = _unpack(tmp_path / "pipeline.tar.gz", tmp_path / "new")
-    assert {"Snakefile", "dvc.yaml", "requirements.lock", "pyproject.toml", "Makefile", "config/config.yaml",
-            "workflow/stages.py", "toolbox/cli.py", "BUNDLE.json"} <= names
+    assert {
+        "Snakefile",
+        "dvc.yaml",
+        "requirements.lock",
+        "pyproject.toml",
+        "Makefile",
+        "config/config.yaml",
+        "workflow/stages.py",
+        "toolbox/cli.py",
+        "BUNDLE.json",
+    } <= names
     assert not any(n.startswith((".venv", "work/", "results/")) for n in names)
     assert manifest["files"] == len(names) - 1 and not manifest["with_data"]
     wf = Workflow(tmp_path / "new")

@@ -198,8 +198,13 @@ def test_lint_is_clean(workflow_copy: Workflow) -> None:
 
 
 def test_rules_are_snakefmt_formatted() -> None:
-    res = subprocess.run([tool("snakefmt"), "--check", "Snakefile", "workflow/rules"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [tool("snakefmt"), "--check", "Snakefile", "workflow/rules"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
 
 

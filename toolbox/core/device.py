@@ -15,7 +15,9 @@ def resolve_device(device: str = "auto", local_rank: int = 0) -> str:
     if device == "auto":
         return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device: '{device}' was asked for but no CUDA GPU is visible; use device=cpu or auto.")
+        raise ConfigError(
+            f"device: '{device}' was asked for but no CUDA GPU is visible; use device=cpu or auto."
+        )
     if device not in ("cpu", "mps") and not device.startswith("cuda"):
         raise ConfigError(f"device: unknown device '{device}'; use auto, cpu, cuda or cuda:N.")
     return device

@@ -46,7 +46,9 @@ class EventBus:
         self._handlers[event].append((priority, self._count, handler))
         self._handlers[event].sort(key=lambda t: (t[0], t[1]))
 
-    def emit(self, event: Event, trainer: Any, step: int, metrics: dict | None = None, **payload: Any) -> EventData:
+    def emit(
+        self, event: Event, trainer: Any, step: int, metrics: dict | None = None, **payload: Any
+    ) -> EventData:
         data = EventData(event, trainer, step, metrics if metrics is not None else {}, payload)
         for _, _, handler in self._handlers[event]:
             handler(data)

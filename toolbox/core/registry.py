@@ -236,9 +236,7 @@ def validate_kwargs(
             valid = [n for n in fields if n not in injected]
             close = difflib.get_close_matches(key, valid, n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(
-                f"{path}.{key}: unknown key for {what}.{hint} Valid keys: {', '.join(valid)}."
-            )
+            raise ConfigError(f"{path}.{key}: unknown key for {what}.{hint} Valid keys: {', '.join(valid)}.")
         if key in injected:
             raise ConfigError(
                 f"{path}.{key}: '{key}' is set by the builder for {what}; remove it from the config."

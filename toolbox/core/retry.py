@@ -45,7 +45,9 @@ def retry(
                         raise
                     delay = min(max_delay, base_delay * 2**k)
                     delay *= 1 + jitter * random.random()
-                    log.warning("%s failed (%s); retry %d/%d in %.2fs", fn.__name__, e, k + 1, attempts - 1, delay)
+                    log.warning(
+                        "%s failed (%s); retry %d/%d in %.2fs", fn.__name__, e, k + 1, attempts - 1, delay
+                    )
                     sleep(delay)
             raise AssertionError("unreachable")
 

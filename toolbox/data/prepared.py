@@ -70,6 +70,8 @@ def prepared(path: str) -> Splits:
     root = Path(path)
     missing = [n for n in ("train.jsonl", "test.jsonl", "facts.json") if not (root / n).is_file()]
     if missing:
-        raise DataError(f"data.source.path: {root} lacks {', '.join(missing)}; run `toolbox data --out {root}` first.")
+        raise DataError(
+            f"data.source.path: {root} lacks {', '.join(missing)}; run `toolbox data --out {root}` first."
+        )
     facts = json.loads((root / "facts.json").read_text())
     return Splits(_read_jsonl(root / "train.jsonl"), _read_jsonl(root / "test.jsonl"), facts)

@@ -48,7 +48,9 @@ class Strategy:
     def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, Any]) -> None:
         self.unwrap(model).load_state_dict(state)
 
-    def optimizer_state_dict(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any]:
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(

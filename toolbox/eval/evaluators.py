@@ -83,8 +83,14 @@ class ExactMatch:
         records = parts.test_records[: self.max_examples] if self.max_examples else parts.test_records
         prompts = [r[self.prompt_field] for r in records]
         outputs = greedy_generate(
-            parts.strategy.unwrap(parts.model), parts.tokenizer, prompts, self.max_new_tokens,
-            self.batch_size, parts.strategy.device,
+            parts.strategy.unwrap(parts.model),
+            parts.tokenizer,
+            prompts,
+            self.max_new_tokens,
+            self.batch_size,
+            parts.strategy.device,
         )
-        hits = sum(o.strip() == str(r[self.reference_field]).strip() for o, r in zip(outputs, records, strict=True))
+        hits = sum(
+            o.strip() == str(r[self.reference_field]).strip() for o, r in zip(outputs, records, strict=True)
+        )
         return {"eval/exact_match": hits / max(len(records), 1)}

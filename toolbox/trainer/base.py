@@ -78,7 +78,9 @@ class BaseTrainer(ABC):
         if not isinstance(parts.objective, cls.objective_family):
             from toolbox.core.registries import OBJECTIVES
 
-            valid = [n for n, obj in OBJECTIVES if isinstance(obj, type) and issubclass(obj, cls.objective_family)]
+            valid = [
+                n for n, obj in OBJECTIVES if isinstance(obj, type) and issubclass(obj, cls.objective_family)
+            ]
             name = getattr(type(parts.objective), "_registry_name", type(parts.objective).__name__)
             raise ConfigError(
                 f"objective: '{name}' is a {parts.objective.family} objective, but trainer "
@@ -121,8 +123,12 @@ class BaseTrainer(ABC):
         if self.step > 0 and self._latest_step() != self.step:
             self.save_checkpoint()
         self.bus.emit(
-            Event.FIT_END, self, self.step, dict(self.last_eval),
-            stopped_early=self.should_stop, stop_reason=self.stop_reason,
+            Event.FIT_END,
+            self,
+            self.step,
+            dict(self.last_eval),
+            stopped_early=self.should_stop,
+            stop_reason=self.stop_reason,
         )
         self.strategy.barrier()
         return self.last_eval
@@ -204,7 +210,9 @@ class BaseTrainer(ABC):
         else:
             path = Path(resume_from)
             if not path.exists():
-                raise CheckpointError(f"resume_from: {path} does not exist; use resume_from=auto or a checkpoint folder.")
+                raise CheckpointError(
+                    f"resume_from: {path} does not exist; use resume_from=auto or a checkpoint folder."
+                )
             state = self.checkpointer.load(path)
         self.load_state_dict(state)
         log.info("resumed from %s at step %d", path, self.step)

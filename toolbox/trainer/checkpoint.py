@@ -145,7 +145,10 @@ class Checkpointer:
                 errors.append(str(e))
         if candidates:
             raise CheckpointError(
-                "no usable checkpoint under " + str(self.root) + ":\n  " + "\n  ".join(errors)
+                "no usable checkpoint under "
+                + str(self.root)
+                + ":\n  "
+                + "\n  ".join(errors)
                 + "\nDelete the folder to start from scratch, or fix the files."
             )
         return None

@@ -37,7 +37,9 @@ def adamw(
         fused: torch's fused kernel (None: fused for plain CPU/CUDA parameters, else foreach).
     """
     if fused is None:  # the fused kernel where it applies (plain tensors: not FSDP's DTensors)
-        fused = all(type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") for p in model.parameters())
+        fused = all(
+            type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") for p in model.parameters()
+        )
     foreach = None if fused else True  # torch picks the per-tensor loop on CPU unless asked
     return torch.optim.AdamW(
         _param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=fused, foreach=foreach
@@ -60,9 +62,7 @@ def sgd(
         weight_decay: L2 penalty of 2-D (and larger) parameters.
         nesterov: Nesterov momentum.
     """
-    return torch.optim.SGD(
-        _param_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov
-    )
+    return torch.optim.SGD(_param_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov)
 
 
 def _lambda_scheduler(optimizer: torch.optim.Optimizer, fn) -> torch.optim.lr_scheduler.LambdaLR:
@@ -80,7 +80,9 @@ def constant(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: i
 
 
 @SCHEDULERS.register("linear")
-def linear(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0):
+def linear(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0
+):
     """Linear warmup, then linear decay to ``min_lr_ratio`` × peak at the last step.
 
     Args:
@@ -98,7 +100,9 @@ def linear(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int
 
 
 @SCHEDULERS.register("cosine")
-def cosine(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0):
+def cosine(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0
+):
     """Linear warmup, then half-cosine decay to ``min_lr_ratio`` × peak at the last step.
 
     Args:

@@ -52,8 +52,13 @@ class SupervisedTrainer(BaseTrainer):
         self.max_grad_norm = max_grad_norm
         ctx = self.context
         self.loader = BatchLoader(
-            parts.train_data, batch_size, parts.collator, seed=ctx.seed, shuffle=shuffle,
-            rank=ctx.rank, world_size=ctx.world_size,
+            parts.train_data,
+            batch_size,
+            parts.collator,
+            seed=ctx.seed,
+            shuffle=shuffle,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
         )
         self._params = [p for p in self.model.parameters() if p.requires_grad]
 
@@ -64,7 +69,9 @@ class SupervisedTrainer(BaseTrainer):
         loss_total, items, correct, tokens = 0.0, 0, 0.0, 0
         device = self.strategy.device
         for _ in range(self.grad_accum_steps):
-            batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in self.loader.next_batch().items()}
+            batch = {
+                k: v.to(device) if torch.is_tensor(v) else v for k, v in self.loader.next_batch().items()
+            }
             with self.precision.autocast():
                 out = self.objective(self.model, batch)
             loss = out.loss_sum

@@ -38,7 +38,11 @@ def event_bridge(trainer: Any, aliases: dict[str, str] | None = None) -> Any:
             metrics["step_time"] = now - trainer._last_log
             trainer._last_log = now
             trainer.bus.emit(Event.STEP_END, trainer, state.global_step, metrics)
-            if trainer.eval_every and state.global_step % trainer.eval_every == 0 and state.global_step < trainer.max_steps:
+            if (
+                trainer.eval_every
+                and state.global_step % trainer.eval_every == 0
+                and state.global_step < trainer.max_steps
+            ):
                 trainer._evaluate()
 
     return Bridge()

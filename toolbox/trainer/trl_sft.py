@@ -86,7 +86,6 @@ class TRLSFTTrainer(SupervisedTrainer):
         from trl import SFTConfig
         from trl import SFTTrainer as TRLTrainer
 
-
         precision = type(self.precision).__name__.lower()
         out = Path(self.context.run_dir) / "trl" if self.context.run_dir else Path(tempfile.mkdtemp())
         config = SFTConfig(

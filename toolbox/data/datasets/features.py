@@ -26,6 +26,8 @@ class Features(DatasetFactory):
         out = []
         for i, r in enumerate(records):
             if self.input_field not in r or self.target_field not in r:
-                raise DataError(f"record {i} lacks '{self.input_field}' or '{self.target_field}': {sorted(r)}.")
+                raise DataError(
+                    f"record {i} lacks '{self.input_field}' or '{self.target_field}': {sorted(r)}."
+                )
             out.append({"x": [float(v) for v in r[self.input_field]], "y": int(r[self.target_field])})
         return out

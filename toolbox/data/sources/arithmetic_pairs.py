@@ -88,7 +88,12 @@ def arithmetic_pairs(
     if pairs_per_problem < 1:
         raise ConfigError(f"data.source.pairs_per_problem: {pairs_per_problem}; set 1 or more.")
     problems = arithmetic(
-        digits=digits, operators=operators, num_train=num_train, num_test=num_test, seed=seed, zero_pad=zero_pad
+        digits=digits,
+        operators=operators,
+        num_train=num_train,
+        num_test=num_test,
+        seed=seed,
+        zero_pad=zero_pad,
     )
     rng = random.Random(pair_seed)
 

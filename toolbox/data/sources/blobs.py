@@ -32,5 +32,8 @@ def blobs(
     n = num_train + num_test
     y = torch.randint(0, num_classes, (n,), generator=g)
     x = centres[y] + spread * torch.randn(n, in_dim, generator=g)
-    records = [{"x": [round(v, 6) for v in row], "y": int(label)} for row, label in zip(x.tolist(), y.tolist(), strict=True)]
+    records = [
+        {"x": [round(v, 6) for v in row], "y": int(label)}
+        for row, label in zip(x.tolist(), y.tolist(), strict=True)
+    ]
     return Splits(records[:num_train], records[num_train:], {"in_dim": in_dim, "num_classes": num_classes})
