@@ -105,7 +105,7 @@ def _final_weights(run_dir: Path) -> dict:
 
 REQUEUE_STEPS = {
     # submitit's preemption stops the job at once (USR2 -> checkpoint -> requeue -> exit)
-    "preempted": ["trainer.max_steps=60"],
+    "preempted": ["trainer.max_steps=600"],  # long enough that the job is still training when preempted
     # scontrol requeue sends SIGTERM (which submitit ignores) and SIGKILL ~5-10 s later: the steps
     # must be slow enough that the job is still training then
     "scontrol_requeue": ["trainer.max_steps=300", "trainer.batch_size=64", "model.num_layers=2"],
