@@ -243,7 +243,9 @@ class SlurmLauncher:
         """Wait for ``job``, printing its log as it grows; its result, or ``LaunchError``."""
         out, err = out or sys.stdout, err or sys.stderr
         offsets: dict[Path, int] = {}
-        while not job.done():
+        # a requeued job (preempted, timed out) can read as done (FAILED) in sacct for a moment
+        # while SLURM already lists it again as pending: done only once the queue no longer has it
+        while not job.done() or (self.cluster == "slurm" and _queued(job)):
             if stream:
                 _follow(job, out, err, offsets)
             time.sleep(self.poll_s)
@@ -280,6 +282,20 @@ def _follow(job, out: IO[str], err: IO[str], offsets: dict[Path, int]) -> None:
             offsets[path] = offsets.get(path, 0) + len(data)
             stream.write(data.decode(errors="replace"))
             stream.flush()
+
+
+def _queued(job) -> bool:
+    """Whether ``squeue`` still lists the job (pending, running, requeued, completing)."""
+    import subprocess
+
+    try:
+        res = subprocess.run(
+            ["squeue", "-h", "-j", str(job.job_id), "-o", "%T"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return res.returncode == 0 and bool(res.stdout.strip())
 
 
 def _state(job) -> str:
