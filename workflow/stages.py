@@ -94,8 +94,7 @@ class Stage:
     Args:
         name: the rule name; DVC names the stage ``<name>-<run>`` (``name`` alone when global).
         cmd: the command template. ``{overrides}`` is the run's Hydra overrides, quoted;
-            ``{launch}`` is the train launcher prefix (see ``launch_prefix``); every other
-            ``{name}`` is a path of PATHS (or DEFAULTS, SLICER, PUBLISHER).
+            every other ``{name}`` is a path of PATHS (or DEFAULTS, SLICER, PUBLISHER).
         deps: input name -> path template.
         outs: output name -> Out.
         per_run: False for the one stage shared by all runs (the toolbox defaults).
@@ -131,7 +130,7 @@ class Stage:
 TRAIN_CMD = (
     "cmp -s {train_cfg} {resume_key} || "
     "{{ rm -rf {checkpoints} && mkdir -p {run_dir} && cp {train_cfg} {resume_key}; }} && "
-    "{launch}toolbox train --config {train_cfg} --data {data} --out {run_dir} resume_from=auto"
+    "toolbox train --config {train_cfg} --data {data} --out {run_dir} resume_from=auto"
 )
 
 STAGES: tuple[Stage, ...] = (
@@ -235,32 +234,50 @@ def run_entry(runs: dict[str, Any], run: str) -> dict[str, Any]:
     return runs[run]
 
 
+# A run with ``init_from: <other run>`` starts from the other run's trained model and tokenizer
+# (GRPO after SFT): its composed config points model.path and tokenizer.path at that model, and these
+# stages read it (data saves its tokenizer, train loads its weights), so they wait for the other
+# run's train stage and rerun when its model changes.
+INIT_STAGES = ("data", "train")
+
+
+def init_model(entry: dict[str, Any] | None) -> str | None:
+    """The trained model folder a run starts from (``init_from``), or None."""
+    source = (entry or {}).get("init_from")
+    return PATHS["model"].format(run=source) if source else None
+
+
 def overrides(run: str, entry: dict[str, Any]) -> list[str]:
-    """The Hydra overrides that compose the run: its experiment, its name, its own overrides, and
-    the run dir the workflow trains in (last, so that it always wins)."""
+    """The Hydra overrides that compose the run: its experiment, its name, the model it starts from
+    (``init_from``), its own overrides, and the run dir the workflow trains in (last, so that it
+    always wins)."""
+    start = init_model(entry)
+    init = (
+        ["model=pretrained", f"model.path={start}", "tokenizer=pretrained", f"tokenizer.path={start}"]
+        if start
+        else []
+    )
     return [
         f"experiment={entry['experiment']}",
         f"run_name={run}",
+        *init,
         *[str(o) for o in entry.get("overrides") or []],
         f"run_dir={PATHS['run_dir'].format(run=run)}",
     ]
 
 
+def run_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> list[str]:
+    """The stage's inputs for this run: its declared deps and, for a run with ``init_from``, the
+    model it starts from (INIT_STAGES only)."""
+    deps = [d.format(run=run) for d in stage.deps.values()]
+    start = init_model(entry)
+    if start and stage.name in INIT_STAGES:
+        deps.append(start)
+    return deps
+
+
 def resources(entry: dict[str, Any]) -> dict[str, Any]:
     return {**RESOURCE_DEFAULTS, **(entry.get("resources") or {})}
-
-
-def launch_prefix(run: str, entry: dict[str, Any]) -> str:
-    """How the train command starts. SCALE-OUT SPOT (the distributed-training issue fills it).
-
-    Today every run trains in one process: the prefix is empty and ``toolbox train`` runs as is.
-    The run's ``strategy`` (single/ddp/fsdp) and ``launcher.nproc`` in its composed config, with
-    ``resources.gpu`` / ``resources.nodes`` of its entry in config/config.yaml, will decide the
-    launcher here (for example ``torchrun --nproc-per-node=<gpu> -m`` or a ``toolbox launch``
-    wrapper) inside the one SLURM job that Snakemake's train rule asks for. Whatever it returns is
-    put before ``toolbox train ...`` in both Snakemake's rule and DVC's stage.
-    """
-    return ""
 
 
 def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
@@ -273,7 +290,6 @@ def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
     }
     if entry is not None and run is not None:
         values["overrides"] = " ".join(shlex.quote(o) for o in overrides(run, entry))
-        values["launch"] = launch_prefix(run, entry)
     return values
 
 
@@ -298,7 +314,8 @@ SCHEMA = "workflow/schemas/config.schema.yaml"
 
 
 def config_errors(cfg: Any) -> list[str]:
-    """Every violation of the schema, each naming the bad key and the schema path."""
+    """Every violation of the schema, each naming the bad key and the schema path, then every
+    ``init_from`` that names no run or makes a cycle."""
     import yaml
     from jsonschema import Draft202012Validator
 
@@ -311,6 +328,32 @@ def config_errors(cfg: Any) -> list[str]:
         key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
         where = "/".join(str(p) for p in e.absolute_schema_path)
         lines.append(f"{key}: {e.message} (schema: {Path(SCHEMA).name}#/{where})")
+    if not lines:
+        lines = init_from_errors(cfg["runs"])
+    return lines
+
+
+def init_from_errors(runs: dict[str, Any]) -> list[str]:
+    """``init_from`` must name another run of the file, and following it must never come back."""
+    lines = []
+    for run, entry in runs.items():
+        source = entry.get("init_from")
+        if source is None:
+            continue
+        if source not in runs:
+            lines.append(
+                f"runs.{run}.init_from: '{source}' is not a run of this file "
+                f"(the runs: {', '.join(sorted(runs))})"
+            )
+            continue
+        chain = [run]
+        while source is not None and source not in chain:
+            chain.append(source)
+            source = runs.get(source, {}).get("init_from")
+        if source == run:
+            lines.append(
+                f"runs.{run}.init_from: a cycle ({' -> '.join([*chain, run])}); a run cannot start from itself"
+            )
     return lines
 
 
@@ -339,7 +382,7 @@ def dvc_stages(runs: dict[str, Any]) -> dict[str, Any]:
         for run in sorted(runs) if stage.per_run else [None]:
             entry = runs[run] if run is not None else None
             spec: dict[str, Any] = {"cmd": dvc_cmd(stage, run, entry)}
-            spec["deps"] = [d.format(run=run) for d in stage.deps.values()]
+            spec["deps"] = run_deps(stage, run, entry)
             outs, metrics = [], []
             for out in stage.outs.values():
                 path = out.path.format(run=run)

@@ -60,16 +60,17 @@ def snakemake_job_graph(dot: str) -> set[tuple[tuple[str, str | None], tuple[str
 def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None:
     cfg = tiny_config()
     cfg["runs"]["other"] = {"experiment": "demo", "overrides": ["trainer.max_steps=5"]}
+    cfg["runs"]["tuned"] = tuned_entry()  # starts from tiny's model
     wf = copy_workflow(tmp_path / "repo", cfg)
     wf.git_dvc_init()
     # compose is a checkpoint: the jobs after it are known exactly once it has run (~10 s)
-    wf.snakemake("-c2", "work/tiny/config/full.yaml", "work/other/config/full.yaml")
+    wf.snakemake("-c2", *(f"work/{r}/config/full.yaml" for r in cfg["runs"]))
 
     smk = snakemake_job_graph(wf.snakemake("--dag", "--quiet").stdout)
     names = {
         s.dvc_name(r): (s.name, r)
         for s in stages.STAGES
-        for r in (["tiny", "other"] if s.per_run else [None])
+        for r in (["tiny", "other", "tuned"] if s.per_run else [None])
     }
     ddot = wf.dvc("dag", "--dot").stdout
     dvc = {
@@ -81,6 +82,64 @@ def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None
     assert smk == dvc, f"only in Snakemake: {sorted(smk - dvc)}\nonly in DVC: {sorted(dvc - smk)}"
     assert {job for edge in smk for job in edge} == set(names.values())
     assert (("train", "tiny"), ("plot", "tiny")) in smk  # plot reads train's metrics.jsonl
+    assert {(("train", "tiny"), ("data", "tuned")), (("train", "tiny"), ("train", "tuned"))} <= smk
+
+
+# -- a run that starts from another run's model (init_from) ---------------------------------------
+TUNED_OVERRIDES = [
+    "data.source.num_train=256", "data.source.num_test=32", "trainer.max_steps=2",
+    "trainer.prompts_per_step=2", "trainer.num_generations=2", "trainer.eval_every=0",
+    "trainer.save_every=0", "eval.exact_match.max_examples=8", "device=cpu",
+]  # fmt: skip
+
+
+def tuned_entry() -> dict:
+    """GRPO (experiment grpo_arith) from the tiny run's SFT model: the pattern of grpo_run."""
+    return {"experiment": "grpo_arith", "init_from": TINY_RUN, "overrides": list(TUNED_OVERRIDES)}
+
+
+def test_init_from_points_the_run_at_the_other_runs_model(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    cfg["runs"]["tuned"] = tuned_entry()
+    assert stages.config_errors(cfg) == []
+    model = "work/tiny/train/model"
+    assert stages.overrides("tuned", cfg["runs"]["tuned"])[:6] == [
+        "experiment=grpo_arith", "run_name=tuned", "model=pretrained", f"model.path={model}",
+        "tokenizer=pretrained", f"tokenizer.path={model}",
+    ]  # fmt: skip
+    dvc = stages.dvc_stages(cfg["runs"])["stages"]
+    assert model in dvc["data-tuned"]["deps"] and model in dvc["train-tuned"]["deps"]
+    assert model not in dvc["eval-tuned"]["deps"] and model in dvc["eval-tiny"]["deps"]
+    assert not any(model.replace("tiny", "tuned") in d for d in dvc["train-tiny"]["deps"])
+
+    wf = copy_workflow(tmp_path / "repo", cfg)
+    out = wf.snakemake("-n", "results/tuned/").stdout
+    # the tuned run needs tiny's model, hence tiny's train (and its data and compose), not its eval
+    assert re.search(r"^train\s+2$", out, flags=re.M) and re.search(r"^data\s+2$", out, flags=re.M), out
+    assert re.search(r"^eval\s+1$", out, flags=re.M), out
+
+
+@pytest.mark.parametrize(
+    ("init_from", "expected"),
+    [
+        ("tiyn", "runs.tuned.init_from: 'tiyn' is not a run of this file (the runs: tiny, tuned)"),
+        ("tuned", "runs.tuned.init_from: a cycle (tuned -> tuned); a run cannot start from itself"),
+    ],
+)
+def test_init_from_must_name_another_run_without_a_cycle(init_from: str, expected: str) -> None:
+    cfg = tiny_config()
+    cfg["runs"]["tuned"] = {**tuned_entry(), "init_from": init_from}
+    assert stages.config_errors(cfg) == [expected]
+
+
+def test_init_from_cycle_through_two_runs_is_refused() -> None:
+    cfg = tiny_config()
+    cfg["runs"]["tuned"] = tuned_entry()
+    cfg["runs"]["tiny"]["init_from"] = "tuned"
+    assert stages.config_errors(cfg) == [
+        "runs.tiny.init_from: a cycle (tiny -> tuned -> tiny); a run cannot start from itself",
+        "runs.tuned.init_from: a cycle (tuned -> tiny -> tuned); a run cannot start from itself",
+    ]
 
 
 def test_snakemake_runs_the_commands_of_dvc_yaml(workflow_copy: Workflow) -> None:
@@ -327,6 +386,39 @@ def test_tiny_run_end_to_end_and_exact_reruns(workflow_copy: Workflow) -> None:
     res = wf.snakemake("-c2", f"results/{TINY_RUN}/")
     assert wf.ran(res.stdout + res.stderr) == {"compose", "data", "train", "eval", "plot", "publish"}
     assert "resumed" not in (wf.root / "work/tiny/logs/train.log").read_text()
+
+
+@pytest.mark.slow
+def test_init_from_run_trains_from_the_other_runs_model_and_follows_it(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    cfg["runs"]["tuned"] = tuned_entry()
+    wf = copy_workflow(tmp_path / "repo", cfg)
+    first = wf.snakemake("-c2", "results/tuned/")
+    out = first.stdout + first.stderr
+    assert re.search(r"^train\s+2$", out, flags=re.M), out[-3000:]  # tiny's SFT, then tuned's GRPO
+    assert not (wf.root / "results" / TINY_RUN).exists()  # tiny's model was built, not its deliverables
+    composed = yaml.safe_load((wf.root / "results/tuned/config.yaml").read_text())
+    assert composed["model"] == {"name": "pretrained", "path": "work/tiny/train/model"}
+    assert composed["trainer"]["name"] == "grpo"
+    rows = [json.loads(x) for x in (wf.root / "results/tuned/metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in rows) == 2 and any("reward" in r for r in rows)
+    assert "eval/exact_match" in json.loads((wf.root / "results/tuned/eval.json").read_text())
+    # the tokenizer the tuned run trained with is tiny's
+    assert (wf.root / "work/tuned/data/tokenizer/tokenizer.json").read_text() == (
+        wf.root / "work/tiny/data/tokenizer/tokenizer.json"
+    ).read_text()
+
+    again = wf.snakemake("-c2", "results/tuned/")
+    assert wf.ran(again.stdout + again.stderr) == set()
+
+    # tiny trains longer: its model changes, so the tuned run's data and training follow
+    _set_override(wf, "trainer.max_steps", "25")
+    res = wf.snakemake("-c2", "results/tuned/")
+    out = res.stdout + res.stderr
+    assert wf.ran(out) == {"compose", "data", "train", "eval", "plot", "publish"}
+    made = set(re.findall(r"^\s+output: ([^,\s]+)", out, flags=re.M))
+    assert {"work/tiny/train/model", "work/tuned/data", "work/tuned/train/model"} <= made, made
+    assert "work/tiny/data" not in made
 
 
 @pytest.mark.slow

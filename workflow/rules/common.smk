@@ -82,7 +82,15 @@ def stage_input(name):
     for key, path in stage.deps.items():
         path = _snakemake_path(path)
         result[key] = _through_checkpoint(path) if key in from_compose else path
+    if name in stages.INIT_STAGES:
+        result["init_model"] = _init_model
     return result
+
+
+def _init_model(wildcards):
+    """The trained model of the run this one starts from (its init_from), or nothing."""
+    start = stages.init_model(entry(wildcards.run))
+    return [start] if start else []
 
 
 def _through_checkpoint(path):

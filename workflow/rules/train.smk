@@ -3,9 +3,9 @@
 # them into the SLURM job's request. An interrupted job resumes from work/<run>/train/checkpoints
 # (resume_from=auto); only model/, written last, tells Snakemake that training finished.
 #
-# SCALE-OUT SPOT: the run's strategy (ddp/fsdp) and launcher.nproc start through the launcher
-# prefix that workflow/stages.py:launch_prefix() puts before `toolbox train` (empty today: one
-# process). The resources below are already the ones the distributed issue needs (gpu, nodes).
+# Distributed runs need nothing here: `toolbox train` starts through the run's configured launcher
+# (e.g. overrides strategy=ddp launcher=torchrun launcher.nproc=2 run torchrun inside this job).
+# A run with init_from waits for the other run's model (workflow/stages.py: INIT_STAGES).
 
 
 rule train:
