@@ -184,3 +184,20 @@ def test_policy_family_is_required(grpo_overrides):
 
     with pytest.raises(ConfigError, match="policy"):
         _build([*grpo_overrides, "objective=causal_lm"])
+
+
+def test_perplexity_of_a_prompt_only_run_scores_the_reference_answers(grpo_overrides):
+    """eval=lm (the workflow's in-training default) on GRPO's prompt-only data: the loss of the
+    held-out reference answers, equal to a supervised run's eval of the same model and records."""
+    scored = [o for o in grpo_overrides if o != "eval=none"] + ["eval=lm"]
+    grpo = _build(scored)
+    assert "input_ids" not in grpo.eval_data[0]
+    metrics = grpo.trainer.evaluate()
+
+    sft = [o for o in grpo_overrides if o not in GRPO] + ["eval=lm"]
+    reference = _build(sft)
+    reference.model.load_state_dict(grpo.model.state_dict())
+    expected = reference.trainer.evaluate()
+    assert metrics["eval/loss"] > 0
+    assert metrics["eval/loss"] == pytest.approx(expected["eval/loss"], rel=1e-6)
+    assert metrics["eval/token_accuracy"] == pytest.approx(expected["eval/token_accuracy"])

@@ -6,7 +6,7 @@ They run inside training (every ``trainer.eval_every`` steps) and in ``toolbox e
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 class Perplexity:
     """Mean loss of the objective over the held-out examples, and its exponential.
 
+    A run whose examples are not token sequences (``prompt_only`` for GRPO, preference pairs) is
+    scored on its held-out records' reference answers instead: the completion-only cross entropy
+    of ``completion`` (else ``chosen``) after the prompt, formatted as ``prompt_completion`` does.
+
     Args:
         batch_size: examples per forward pass.
         max_examples: evaluate on the first this many examples (None: all).
@@ -30,14 +34,17 @@ class Perplexity:
         self.max_examples = max_examples
 
     def __call__(self, parts: Components) -> dict[str, float]:
-        examples = parts.eval_data[: self.max_examples] if self.max_examples else parts.eval_data
+        examples, objective, collator = parts.eval_data, parts.objective, parts.collator
+        if len(examples) and "input_ids" not in examples[0]:
+            examples, objective, collator = _reference_answers(parts, self.max_examples)
+        examples = examples[: self.max_examples] if self.max_examples else examples
         device = parts.strategy.device
         loss_sum, items, correct = 0.0, 0, 0.0
         for start in range(0, len(examples), self.batch_size):
-            batch = parts.collator(list(examples[start : start + self.batch_size]))
+            batch = collator(list(examples[start : start + self.batch_size]))
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             with parts.precision.autocast():
-                out = parts.objective(parts.model, batch)
+                out = objective(parts.model, batch)
             loss_sum += float(out.loss_sum)
             items += out.num_items
             correct += out.metrics.get("correct", 0.0)
@@ -45,8 +52,27 @@ class Perplexity:
         return {
             "eval/loss": loss,
             "eval/perplexity": math.exp(min(loss, 50.0)),
-            f"eval/{parts.objective.accuracy_name}": correct / max(items, 1),
+            f"eval/{objective.accuracy_name}": correct / max(items, 1),
         }
+
+
+def _reference_answers(parts: Components, max_examples: int | None) -> tuple[list, Any, Any]:
+    """LM examples (bos + prompt + reference answer + eos), the causal LM loss and the pad collator,
+    for a run whose own examples hold no answer tokens."""
+    from toolbox.core.errors import ConfigError
+    from toolbox.data.collators.pad import PadCollator
+    from toolbox.data.datasets.prompt_completion import PromptCompletion
+    from toolbox.objectives.supervised import CausalLMLoss
+
+    records = parts.test_records[:max_examples] if max_examples else parts.test_records
+    field = next((f for f in ("completion", "chosen") if len(records) and f in records[0]), None)
+    if field is None:
+        raise ConfigError(
+            "eval.perplexity: the held-out records have no reference answer ('completion' or 'chosen') "
+            "to score; remove the evaluator with eval.perplexity=null."
+        )
+    examples = PromptCompletion(parts.tokenizer, max_length=1 << 20, completion_field=field)(records)
+    return examples, CausalLMLoss(), PadCollator(parts.tokenizer)
 
 
 @EVALUATORS.register("exact_match")
