@@ -263,3 +263,80 @@ def test_bradley_terry_equals_trl_reward_formula():
     # trl/trainer/reward_trainer.py compute_loss, with a margin and center_rewards_coefficient
     expected = -F.logsigmoid(sc - sr - margin).mean() + 0.01 * torch.mean((sc + sr) ** 2)
     assert _mean(out) == pytest.approx(expected.item(), abs=ATOL)
+
+
+def _trl_kto(per_token, attention, completion_mask, ref, labels, kl_logps, ref_kl_logps, beta, wd, wu):
+    """TRL's KTOTrainer._compute_loss on unpaired rows (in any label order) and its logged metrics."""
+    from trl import KTOTrainer
+
+    outputs = SimpleNamespace(
+        log_probs=per_token,
+        entropy=torch.zeros_like(per_token),
+        mean_logits=torch.zeros_like(per_token),
+        is_top1=torch.zeros_like(per_token, dtype=torch.bool),
+    )
+    fake = SimpleNamespace(
+        model=SimpleNamespace(training=True),
+        accelerator=_accelerator(),
+        aux_loss_enabled=False,
+        precompute_ref_logps=True,
+        calculate_KL=True,
+        loss_type="kto",
+        beta=beta,
+        desirable_weight=wd,
+        undesirable_weight=wu,
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        _total_train_tokens=0,
+        _tp_size=1,
+        _compute_kl_logps=lambda model, batch: kl_logps,
+        args=SimpleNamespace(gradient_checkpointing_kwargs=None),
+    )
+    batch = {
+        "input_ids": torch.ones_like(attention),
+        "attention_mask": attention,
+        "completion_mask": completion_mask,
+        "label": labels,
+        "ref_logps": ref,
+        "ref_KL_logps": ref_kl_logps,
+    }
+    loss = KTOTrainer._compute_loss(fake, lambda **kw: outputs, batch, return_outputs=False)
+    return loss, {k: v[-1] for k, v in fake._metrics["train"].items()}
+
+
+@pytest.mark.parametrize(
+    ("beta", "wd", "wu", "seed"),
+    [(0.1, 1.0, 1.0, 0), (0.3, 1.0, 1.33, 1), (0.5, 1.2, 0.8, 2), (0.2, 1.0, 1.0, 3)],
+)
+def test_kto_unpaired_equals_trl(beta, wd, wu, seed):
+    """Unpaired rows with labels in mixed order (seed 3: all desirable), our loss and metrics = TRL's."""
+    per_token, attention, completion_mask, ref = _pairs(10 + seed)
+    n = per_token.shape[0]
+    g = torch.Generator().manual_seed(20 + seed)
+    labels = torch.rand(n, generator=g) < 0.5 if seed != 3 else torch.ones(n, dtype=torch.bool)
+    kl_logps = -torch.rand(n, generator=g) * 6
+    ref_kl_logps = -torch.rand(n, generator=g) * 6
+    a = per_token.clone().requires_grad_(True)
+    trl_loss, trl_metrics = _trl_kto(
+        a, attention, completion_mask, ref, labels, kl_logps, ref_kl_logps, beta, wd, wu
+    )
+    trl_loss.backward()
+    b = per_token.clone().requires_grad_(True)
+    x = PreferenceLogps(
+        logps=b.sum(-1),
+        ref_logps=ref,
+        lengths=completion_mask.sum(-1).float(),
+        desirable=labels,
+        kl_logps=kl_logps,
+        ref_kl_logps=ref_kl_logps,
+    )
+    out = KTOLoss(beta=beta, desirable_weight=wd, undesirable_weight=wu)(x)
+    (out.loss_sum / out.num_items).backward()
+    assert out.loss_sum.item() / out.num_items == pytest.approx(trl_loss.item(), abs=ATOL)
+    torch.testing.assert_close(a.grad, b.grad, atol=ATOL, rtol=0)
+    keys = ("kl", "rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected", "rewards/margins")
+    assert {k for k in keys if k in trl_metrics} == {k for k in keys if k in out.metrics}
+    for key in keys:
+        if key in trl_metrics:
+            assert out.metrics[key] == pytest.approx(trl_metrics[key], abs=1e-5), key
+    assert out.metrics["count/chosen"] == int(labels.sum())
+    assert out.metrics["count/rejected"] == n - int(labels.sum())

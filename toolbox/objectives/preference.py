@@ -16,7 +16,9 @@ trainer computes only that:
 - ``needs_reference``: the frozen reference's log-probs (false for SimPO, ORPO, Bradley–Terry);
 - ``needs_kl_pairs``: log-probs of mismatched (prompt, completion) pairs, KTO's KL reference point;
 - ``inputs``: ``"logps"`` (a causal LM) or ``"scores"`` (Bradley–Terry: a sequence classifier's
-  scalar per sequence, given in ``chosen_scores``/``rejected_scores``).
+  scalar per sequence, given in ``chosen_scores``/``rejected_scores``);
+- ``unpaired``: whether it also trains on unpaired examples (only KTO): then ``logps``,
+  ``ref_logps`` and ``desirable`` hold one entry per example (``[N]``) instead of the pair fields.
 
 The formulas follow TRL 1.16 (``DPOTrainer``, ``CPOTrainer``, ``ORPOTrainer``, ``KTOTrainer``,
 ``RewardTrainer``); ``tests/objectives/test_preference_parity.py`` runs TRL's own code on the same
@@ -51,6 +53,11 @@ class PreferenceLogps:
     chosen_scores: Tensor | None = None  # Bradley–Terry: scalar scores of a sequence classifier
     rejected_scores: Tensor | None = None
     margin: Tensor | None = None  # Bradley–Terry: optional per-pair margin
+    # unpaired examples (KTO), one entry per example ``[N]`` instead of per pair
+    logps: Tensor | None = None  # policy, summed over the example's completion tokens
+    ref_logps: Tensor | None = None  # frozen reference, same sums (no grad)
+    lengths: Tensor | None = None  # completion tokens of each example
+    desirable: Tensor | None = None  # bool: the example's label (true: desirable)
 
 
 def reward_metrics(chosen_rewards: Tensor, rejected_rewards: Tensor) -> dict[str, float]:
@@ -70,6 +77,7 @@ class PairLoss(PreferenceObjective):
     needs_reference: bool = True
     needs_kl_pairs: bool = False
     inputs: str = "logps"
+    unpaired: bool = False
 
     def __init__(self, beta: float = 0.1) -> None:
         if beta <= 0:
@@ -260,13 +268,45 @@ def kto_reference_point(kl_logps: Tensor, ref_kl_logps: Tensor) -> Tensor:
     return (kl_logps - ref_kl_logps).mean().detach().clamp(min=0)
 
 
+def unpaired_metrics(
+    rewards: Tensor, logps: Tensor, desirable: Tensor, kl: Tensor, logratios: Tensor
+) -> dict[str, float]:
+    """KTO's diagnostics on unpaired examples, as TRL 1.16's KTOTrainer logs them.
+
+    ``rewards/chosen`` and ``logps/chosen`` are means over the desirable examples (present only when
+    the batch has one), ``rewards/rejected`` and ``logps/rejected`` over the undesirable ones,
+    ``rewards/margins`` their difference (when both are there); ``count/chosen`` and
+    ``count/rejected`` count them; ``rewards/label_accuracy`` is the fraction of examples on the side
+    of the reference point their label asks for (log-ratio > z₀ when desirable, < z₀ when not).
+    """
+    desirable = desirable.bool()
+    rewards, logps, logratios = rewards.detach().float(), logps.detach().float(), logratios.detach().float()
+    n_good, n_bad = int(desirable.sum()), int((~desirable).sum())
+    metrics = {"kl": float(kl), "count/chosen": float(n_good), "count/rejected": float(n_bad)}
+    if n_good:
+        metrics["rewards/chosen"] = rewards[desirable].mean().item()
+        metrics["logps/chosen"] = logps[desirable].mean().item()
+    if n_bad:
+        metrics["rewards/rejected"] = rewards[~desirable].mean().item()
+        metrics["logps/rejected"] = logps[~desirable].mean().item()
+    if n_good and n_bad:
+        metrics["rewards/margins"] = metrics["rewards/chosen"] - metrics["rewards/rejected"]
+    right = torch.where(desirable, logratios > kl, logratios < kl)
+    metrics["rewards/label_accuracy"] = right.float().mean().item()
+    return metrics
+
+
 @OBJECTIVES.register("kto")
 class KTOLoss(PairLoss):
     """KTO (Ethayarajh et al. 2024): prospect-theoretic loss on unpaired good/bad completions.
 
-    Fed pairs, each chosen completion is a desirable example and each rejected one undesirable;
-    the KL reference point z₀ comes from mismatched pairs (prompt i with the chosen completion of
-    pair i−1), which the trainer scores when ``needs_kl_pairs``. Without them z₀ = 0.
+    Fed unpaired examples (``unpaired_preference`` data: ``logps``, ``ref_logps``, ``desirable``), it
+    is TRL's KTO: each example's loss by its label, the KL reference point z₀ from the mismatched rows
+    (prompt i with the completion of example i−1 in the batch, TRL's rotation), and TRL's metrics
+    (:func:`unpaired_metrics`). Fed pairs, each chosen completion is a desirable example and each
+    rejected one undesirable; z₀ then comes from mismatched pairs (prompt i with the chosen
+    completion of pair i+1). The trainer scores the mismatched rows when ``needs_kl_pairs``;
+    without them z₀ = 0.
 
     Args:
         beta: the KL strength β.
@@ -275,6 +315,7 @@ class KTOLoss(PairLoss):
     """
 
     needs_kl_pairs = True
+    unpaired = True
 
     def __init__(
         self, beta: float = 0.1, desirable_weight: float = 1.0, undesirable_weight: float = 1.0
@@ -282,6 +323,22 @@ class KTOLoss(PairLoss):
         super().__init__(beta)
         self.desirable_weight = desirable_weight
         self.undesirable_weight = undesirable_weight
+
+    def __call__(self, x: PreferenceLogps) -> LossOutput:
+        if x.desirable is None:
+            return super().__call__(x)
+        if x.logps is None or x.ref_logps is None:
+            raise ValueError("KTOLoss on unpaired examples needs logps and ref_logps (one per example)")
+        if x.kl_logps is not None and x.ref_kl_logps is not None:
+            kl = kto_reference_point(x.kl_logps, x.ref_kl_logps)
+        else:
+            kl = torch.zeros((), device=x.logps.device)
+        desirable = x.desirable.bool()
+        losses, rewards = kto_losses(
+            x.logps, x.ref_logps, desirable, kl, self.beta, self.desirable_weight, self.undesirable_weight
+        )
+        metrics = unpaired_metrics(rewards, x.logps, desirable, kl, x.logps - x.ref_logps)
+        return LossOutput(losses.sum(), int(losses.numel()), metrics)
 
     def losses(self, x: PreferenceLogps) -> tuple[Tensor, Tensor, Tensor]:
         self._logratios(x)  # checks the reference is there

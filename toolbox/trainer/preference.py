@@ -1,4 +1,5 @@
-"""The preference trainer: DPO and kin (and Bradley–Terry reward models) on chosen/rejected pairs.
+"""The preference trainer: DPO and kin (and Bradley–Terry reward models) on chosen/rejected pairs,
+and KTO on unpaired examples.
 
 Each step, per micro-batch of ``B`` pairs (the ``preference`` collator's concatenated batch):
 
@@ -14,11 +15,24 @@ The reference is a frozen copy of the policy as built (before any resume, so a r
 the same reference: the builder's model is seeded, or loaded from ``model.path``), or the model at
 ``reference_path``. Evaluation adds ``eval/accuracy`` (the fraction of held-out pairs whose chosen
 completion gets the higher implicit reward), ``eval/margin``, ``eval/loss`` and the reward means.
+
+Unpaired data (``data.dataset.name=unpaired_preference``, ``data.collator.name=unpaired_preference``:
+TRL's ``{prompt, completion, label}`` records) trains ``objective=kto`` only, as TRL's KTOTrainer
+does: per micro-batch of ``B`` examples one forward over ``2B`` rows (the examples, then the
+mismatched rows prompt i + completion i−1 that estimate the KL reference point z₀), the desirable
+mask from the labels, and TRL's metrics: ``kl``, ``rewards/chosen`` / ``logps/chosen`` over the
+desirable examples, ``rewards/rejected`` / ``logps/rejected`` over the undesirable ones,
+``rewards/margins``, ``count/chosen`` / ``count/rejected``, and ``accuracy`` (the fraction of examples
+whose log-ratio lies on their label's side of z₀). Means over micro-batches (and, in evaluation, over
+held-out chunks) are weighted by the examples each mean is over. With ``precompute_ref_logprobs``
+each example's reference log-prob is computed once; the reference stays for the mismatched rows,
+which change with each shuffled batch.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +41,7 @@ import torch
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import TRAINERS
 from toolbox.data.collators.preference import PreferenceCollator
+from toolbox.data.collators.unpaired_preference import UnpairedPreferenceCollator
 from toolbox.data.loader import BatchLoader
 from toolbox.objectives.base import PreferenceObjective
 from toolbox.objectives.logprobs import selective_log_softmax
@@ -35,6 +50,8 @@ from toolbox.trainer.base import BaseTrainer
 
 if TYPE_CHECKING:
     from toolbox.experiment import Components
+
+log = logging.getLogger(__name__)
 
 
 def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,14 +64,51 @@ def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, t
     return per_token.sum(-1), scored.sum(-1).float()
 
 
+# unpaired metrics that are means over the desirable (chosen) or the undesirable (rejected) examples
+_WEIGHTS = {
+    "rewards/chosen": "count/chosen",
+    "logps/chosen": "count/chosen",
+    "rewards/rejected": "count/rejected",
+    "logps/rejected": "count/rejected",
+}
+
+
+def merge_unpaired_metrics(batches: list[dict[str, float]]) -> dict[str, float]:
+    """One set of metrics from the metrics of several unpaired batches (micro-batches, eval chunks).
+
+    Counts add up; a mean over the desirable or undesirable examples is weighted by their count (a
+    batch without any contributes nothing); other means (``kl``, ``rewards/label_accuracy``) are
+    weighted by the batch's examples; ``rewards/margins`` is recomputed from the merged means.
+    """
+    totals: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for metrics in batches:
+        size = metrics.get("count/chosen", 0.0) + metrics.get("count/rejected", 0.0)
+        for key, value in metrics.items():
+            if key == "rewards/margins":
+                continue
+            if key.startswith("count/"):
+                totals[key] = totals.get(key, 0.0) + value
+                continue
+            w = metrics[_WEIGHTS[key]] if key in _WEIGHTS else size
+            totals[key] = totals.get(key, 0.0) + value * w
+            weights[key] = weights.get(key, 0.0) + w
+    merged = {
+        k: (v / weights[k] if k in weights else v) for k, v in totals.items() if weights.get(k, 1.0) > 0
+    }
+    if "rewards/chosen" in merged and "rewards/rejected" in merged:
+        merged["rewards/margins"] = merged["rewards/chosen"] - merged["rewards/rejected"]
+    return merged
+
+
 @TRAINERS.register("preference")
 class PreferenceTrainer(BaseTrainer):
     """Optimises a preference objective (dpo, ipo, hinge, robust_dpo, simpo, orpo, kto,
-    bradley_terry) over shuffled batches of preference pairs.
+    bradley_terry) over shuffled batches of preference pairs, or kto over unpaired examples.
 
     Args:
         max_steps: optimizer steps to train for.
-        batch_size: pairs per micro-batch (per process).
+        batch_size: pairs (unpaired data: examples) per micro-batch (per process).
         grad_accum_steps: micro-batches per optimizer step.
         max_grad_norm: clip the global gradient norm to this (0 disables clipping).
         eval_every: evaluate every this many steps (0: only at the end).
@@ -86,12 +140,16 @@ class PreferenceTrainer(BaseTrainer):
         max_eval_pairs: int | None = None,
     ) -> None:
         super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
-        if not isinstance(parts.collator, PreferenceCollator):
+        if not isinstance(parts.collator, PreferenceCollator | UnpairedPreferenceCollator):
             name = getattr(type(parts.collator), "_registry_name", type(parts.collator).__name__)
             raise ConfigError(
                 f"data.collator: '{name}' cannot batch preference pairs; the preference trainer needs "
-                "data.collator.name=preference (and data.dataset.name=preference)."
+                "data.collator.name=preference (and data.dataset.name=preference), or for KTO on "
+                "unpaired data data.collator.name=unpaired_preference (and "
+                "data.dataset.name=unpaired_preference)."
             )
+        self.unpaired = isinstance(parts.collator, UnpairedPreferenceCollator)
+        self._check_data(parts, batch_size)
         self.collator = parts.collator
         self.collator.mismatched = bool(getattr(self.objective, "needs_kl_pairs", False))
         self.uses_scores = getattr(self.objective, "inputs", "logps") == "scores"
@@ -114,6 +172,58 @@ class PreferenceTrainer(BaseTrainer):
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.reference = self._build_reference(reference_path) if self.needs_reference else None
 
+    def _check_data(self, parts: Components, batch_size: int) -> None:
+        """Fail fast on data the objective or the collator cannot take (before any batch is drawn)."""
+        objective = getattr(type(self.objective), "_registry_name", type(self.objective).__name__)
+        first = parts.train_data[0] if len(parts.train_data) else {}
+        if self.unpaired:
+            if not getattr(self.objective, "unpaired", False):
+                raise ConfigError(
+                    f"objective: '{objective}' needs chosen/rejected pairs, but the data are unpaired "
+                    "(data.collator.name=unpaired_preference); on unpaired {prompt, completion, label} "
+                    "data use objective=kto, or give paired data (data.dataset.name=preference, "
+                    "data.collator.name=preference)."
+                )
+            if first and "label" not in first:
+                raise ConfigError(
+                    "data.collator: 'unpaired_preference' needs unpaired examples with a label; set "
+                    "data.dataset.name=unpaired_preference (or data.collator.name=preference for pairs)."
+                )
+            if getattr(self.objective, "needs_kl_pairs", False) and batch_size < 2:
+                raise ConfigError(
+                    f"trainer.batch_size: {batch_size}; KTO estimates its KL reference point from the other "
+                    "examples of a batch (prompt i with completion i-1), so set 2 or more."
+                )
+            self._check_balance(parts.train_data)
+        elif first and "chosen_ids" not in first and "label" in first:
+            raise ConfigError(
+                "data.collator: 'preference' batches chosen/rejected pairs, but the examples are unpaired "
+                "(data.dataset.name=unpaired_preference); set data.collator.name=unpaired_preference."
+            )
+
+    def _check_balance(self, examples: Any) -> None:
+        """TRL's advice when desirable and undesirable examples are unbalanced (KTO paper, eq. 8)."""
+        wd = getattr(self.objective, "desirable_weight", 1.0)
+        wu = getattr(self.objective, "undesirable_weight", 1.0)
+        n_good = max(sum(bool(ex.get("label")) for ex in examples), 1)
+        n_bad = max(len(examples) - n_good, 1)
+        if n_good == n_bad:
+            return
+        d_low, d_high = round(n_bad * wu / n_good, 2), round(n_bad * wu / n_good * 1.33, 2)
+        u_low, u_high = round(n_good * wd / n_bad / 1.33, 2), round(n_good * wd / n_bad, 2)
+        if not (d_low <= wd <= d_high or u_low <= wu <= u_high):
+            log.warning(
+                "KTO: %d desirable and %d undesirable training examples, and the weights are outside the "
+                "recommended range; set EITHER objective.desirable_weight in [%s, %s] OR "
+                "objective.undesirable_weight in [%s, %s].",
+                n_good,
+                n_bad,
+                d_low,
+                d_high,
+                u_low,
+                u_high,
+            )
+
     # the reference ------------------------------------------------------------------------------
     def _build_reference(self, path: str | None) -> torch.nn.Module:
         if path:
@@ -135,7 +245,7 @@ class PreferenceTrainer(BaseTrainer):
 
     @torch.no_grad()
     def _precompute(self, examples: list[dict[str, Any]]) -> None:
-        if all("ref_chosen_logps" in ex for ex in examples):
+        if all(("ref_logps" if self.unpaired else "ref_chosen_logps") in ex for ex in examples):
             return
         mismatched, self.collator.mismatched = self.collator.mismatched, False
         try:
@@ -145,6 +255,9 @@ class PreferenceTrainer(BaseTrainer):
                     sums, _ = completion_logps(self.reference, self._to_device(self.collator(chunk)))
                     n = len(chunk)
                     for i, ex in enumerate(chunk):
+                        if self.unpaired:
+                            ex["ref_logps"] = float(sums[i])
+                            continue
                         ex["ref_chosen_logps"] = float(sums[i])
                         ex["ref_rejected_logps"] = float(sums[n + i])
         finally:
@@ -155,8 +268,34 @@ class PreferenceTrainer(BaseTrainer):
         device = self.strategy.device
         return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
 
+    def _unpaired_inputs(self, model: Any, batch: dict[str, Any]) -> PreferenceLogps:
+        """Unpaired examples: per-example sums under the policy and the reference, the labels, and
+        the mismatched rows' sums (KL reference point) when the batch has them."""
+        n = batch["num_examples"]
+        sums, lengths = completion_logps(model, batch)
+        x = PreferenceLogps(logps=sums[:n], lengths=lengths[:n], desirable=batch["label"].bool())
+        if sums.shape[0] > n:
+            x.kl_logps = sums[n:].detach()
+        if "ref_logps" in batch:  # precomputed: only the mismatched rows need the reference
+            x.ref_logps = batch["ref_logps"]
+            if sums.shape[0] > n:
+                rows = {k: batch[k][n:] for k in ("input_ids", "attention_mask", "completion_mask")}
+                with torch.no_grad():
+                    x.ref_kl_logps, _ = completion_logps(self.reference, rows)
+            return x
+        if self.reference is None:
+            raise RuntimeError("the reference log-probs of this batch were not precomputed")
+        with torch.no_grad():
+            ref, _ = completion_logps(self.reference, batch)
+        x.ref_logps = ref[:n]
+        if ref.shape[0] > n:
+            x.ref_kl_logps = ref[n:]
+        return x
+
     def _inputs(self, model: Any, batch: dict[str, Any]) -> PreferenceLogps:
         """What the objective scores: the policy's sums (with grad) and the reference's (without)."""
+        if "label" in batch:
+            return self._unpaired_inputs(model, batch)
         n = batch["num_pairs"]
         if self.uses_scores:
             scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, 0]
@@ -196,6 +335,7 @@ class PreferenceTrainer(BaseTrainer):
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, items, tokens = 0.0, 0, 0
         sums: dict[str, float] = {}
+        micro: list[dict[str, float]] = []  # each micro-batch's metrics
         for _ in range(self.grad_accum_steps):
             batch = self._to_device(self.loader.next_batch())
             with self.precision.autocast():
@@ -207,8 +347,11 @@ class PreferenceTrainer(BaseTrainer):
             loss_total += out.loss_sum.item()
             items += out.num_items
             tokens += int(batch["attention_mask"].sum())
+            micro.append(out.metrics)
             for k, v in out.metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / self.grad_accum_steps
+        if self.unpaired:  # means over desirable / undesirable examples, weighted by their counts
+            sums = merge_unpaired_metrics(micro)
         global_items = self.strategy.all_reduce_sum(float(items))
         scale = self.context.world_size / max(global_items, 1.0)
         for p in self._params:
@@ -228,7 +371,7 @@ class PreferenceTrainer(BaseTrainer):
         return {
             "loss": loss_total / max(items, 1),
             **sums,
-            "accuracy": sums.get("rewards/accuracies", 0.0),
+            "accuracy": sums.get("rewards/label_accuracy" if self.unpaired else "rewards/accuracies", 0.0),
             "margin": sums.get("rewards/margins", 0.0),
             "lr": lr,
             "grad_norm": grad_norm,
@@ -264,9 +407,12 @@ class PreferenceTrainer(BaseTrainer):
         return super()._finish()
 
     def preference_metrics(self, model: Any, examples: list[dict[str, Any]]) -> dict[str, float]:
-        """Held-out loss, accuracy, margin and reward means, weighted by pairs."""
+        """Held-out loss, accuracy, margin and reward means, weighted by pairs (unpaired data: see
+        :meth:`unpaired_metrics`)."""
         if not examples:
             return {}
+        if self.unpaired:
+            return self.unpaired_metrics(model, examples)
         totals: dict[str, float] = {}
         loss_sum, items, pairs = 0.0, 0, 0
         for start in range(0, len(examples), self.eval_batch_size):
@@ -283,6 +429,27 @@ class PreferenceTrainer(BaseTrainer):
         metrics["eval/loss"] = loss_sum / max(items, 1)
         metrics["eval/accuracy"] = metrics.get("eval/rewards/accuracies", 0.0)
         metrics["eval/margin"] = metrics.get("eval/rewards/margins", 0.0)
+        return metrics
+
+    def unpaired_metrics(self, model: Any, examples: list[dict[str, Any]]) -> dict[str, float]:
+        """Held-out KTO metrics on unpaired examples, in chunks of ``eval_batch_size`` (each chunk's
+        mismatched rows give its z₀): ``eval/loss`` (mean per example), ``eval/kl``, the reward and
+        log-prob means of the desirable (``eval/rewards/chosen``) and undesirable
+        (``eval/rewards/rejected``) examples, ``eval/margin`` (their difference), the counts, and
+        ``eval/accuracy``: the fraction of examples on their label's side of the reference point."""
+        loss_sum, items, chunks = 0.0, 0, []
+        for start in range(0, len(examples), self.eval_batch_size):
+            batch = self._to_device(self.collator(examples[start : start + self.eval_batch_size]))
+            with self.precision.autocast():
+                out = self.objective(self._inputs(model, batch))
+            loss_sum += float(out.loss_sum)
+            items += out.num_items
+            chunks.append(out.metrics)
+        metrics = {f"eval/{k}": v for k, v in merge_unpaired_metrics(chunks).items()}
+        metrics["eval/loss"] = loss_sum / max(items, 1)
+        metrics["eval/accuracy"] = metrics.get("eval/rewards/label_accuracy", 0.0)
+        if "eval/rewards/margins" in metrics:
+            metrics["eval/margin"] = metrics["eval/rewards/margins"]
         return metrics
 
     # checkpoints --------------------------------------------------------------------------------

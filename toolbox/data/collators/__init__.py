@@ -1,7 +1,8 @@
 """Collators (``COLLATORS``): ``collator(examples) -> dict[str, torch.Tensor]``, the tokenizer injected.
 
 ``pad`` and ``packing`` take examples with ``input_ids`` and ``completion_mask`` (lm_text,
-prompt_completion, chat); ``preference`` takes ``preference`` pairs.
+prompt_completion, chat); ``preference`` takes ``preference`` pairs and ``unpaired_preference``
+the ``unpaired_preference`` examples (KTO).
 
 - ``pad``: one example per row, right-padded to the longest; ``input_ids``, ``attention_mask``
   (2D, 1 on tokens) and ``completion_mask`` (0 on padding).
@@ -13,6 +14,8 @@ the loss reads ``completion_mask`` (1 where the token is a target).
 
 - ``preference``: ``preference`` examples (prompt_ids, chosen_ids, rejected_ids), chosen rows then
   rejected rows in one right-padded batch, for the preference trainer's single forward.
+- ``unpaired_preference``: ``unpaired_preference`` examples (prompt_ids, completion_ids, label), one
+  row each, then (for KTO) the mismatched rows prompt i + completion i-1, with ``label`` a bool tensor.
 """
 
 from toolbox.data.collators import (  # noqa: F401  (registers the collators)
@@ -20,4 +23,5 @@ from toolbox.data.collators import (  # noqa: F401  (registers the collators)
     pad,
     preference,
     stack,
+    unpaired_preference,
 )

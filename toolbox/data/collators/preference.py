@@ -58,9 +58,15 @@ class PreferenceCollator:
         if not examples:
             raise DataError("collator 'preference' got an empty batch.")
         if any(k not in ex for ex in examples for k in ("prompt_ids", "chosen_ids", "rejected_ids")):
+            unpaired = all("completion_ids" in ex and "label" in ex for ex in examples)
+            hint = (
+                " These are unpaired examples: use data.collator.name=unpaired_preference."
+                if unpaired
+                else ""
+            )
             raise DataError(
                 "collator 'preference' needs examples with prompt_ids, chosen_ids and rejected_ids "
-                "(data.dataset.name=preference)."
+                f"(data.dataset.name=preference).{hint}"
             )
         b = len(examples)
         rows = [(ex["prompt_ids"], ex["chosen_ids"]) for ex in examples]

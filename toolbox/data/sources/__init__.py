@@ -2,6 +2,8 @@
 
 - ``arithmetic``: generated problems such as ``12+34=`` → ``46`` (disjoint train and test).
 - ``arithmetic_pairs``: the same problems as preference pairs, right answer vs a plausible wrong one.
+- ``arithmetic_unpaired``: the same problems as unpaired KTO data, a right (label true) or a wrong
+  (label false) answer each.
 - ``local``: jsonl / json / csv / parquet / arrow files or a ``datasets.save_to_disk`` folder.
 - ``hub``: ``datasets.load_dataset`` (needs the Hugging Face Hub or its cache).
 - ``gsm8k``: the GSM8K grade-school math problems from a local jsonl file.
@@ -11,6 +13,7 @@
 from toolbox.data.sources import (  # noqa: F401  (registers the sources)
     arithmetic,
     arithmetic_pairs,
+    arithmetic_unpaired,
     blobs,
     gsm8k,
     hub,
