@@ -38,6 +38,23 @@ def test_max_mode_and_min_delta(trainer, drive):
     assert evals(d, [0.5, 0.52, 0.54], key="eval/acc") == 3
 
 
+@pytest.mark.parametrize(
+    ("mode", "values", "stop"), [("max", [0.1, 0.5, 0.8, 0.9], 3), ("min", [3.0, 2.0, 0.5], 3)]
+)
+def test_stopping_threshold_stops_as_soon_as_it_is_reached(trainer, drive, mode, values, stop):
+    threshold = 0.8 if mode == "max" else 0.5
+    d = drive(EarlyStopping(monitor="eval/m", mode=mode, patience=100, stopping_threshold=threshold))
+    assert evals(d, values, key="eval/m") == stop
+    assert trainer.stop_reasons == [
+        f"early stopping: eval/m reached {values[stop - 1]:.6g} at step {stop} (stopping_threshold {threshold:g})"
+    ]
+
+
+def test_stopping_threshold_ignores_nan(trainer, drive):
+    d = drive(EarlyStopping(monitor="eval/m", mode="max", patience=100, stopping_threshold=0.5))
+    assert evals(d, [float("nan"), 0.4], key="eval/m") is None
+
+
 def test_nan_is_never_an_improvement(trainer, drive):
     d = drive(EarlyStopping(patience=2))
     assert evals(d, [1.0, float("nan"), float("nan")]) == 3

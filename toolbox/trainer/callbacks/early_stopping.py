@@ -13,7 +13,8 @@ from toolbox.trainer.callbacks.base import Callback
 
 @CALLBACKS.register("early_stopping")
 class EarlyStopping(Callback):
-    """Stop training after ``patience`` evaluations in a row without improvement.
+    """Stop training after ``patience`` evaluations in a row without improvement, or as soon as the
+    metric reaches ``stopping_threshold`` (Lightning's option of that name).
 
     An evaluation improves when the metric beats the best value so far by more than
     ``min_delta`` (lower for ``mode=min``, higher for ``mode=max``); a NaN never improves. The
@@ -26,6 +27,8 @@ class EarlyStopping(Callback):
         mode: min when lower is better, max when higher is better.
         patience: how many evaluations in a row without improvement stop the run.
         min_delta: the smallest change that counts as an improvement.
+        stopping_threshold: stop once the metric is at least this (``mode=max``) or at most this
+            (``mode=min``): train "until 80 % exact match" (null: no threshold).
     """
 
     main_process_only = False
@@ -36,6 +39,7 @@ class EarlyStopping(Callback):
         mode: Literal["min", "max"] = "min",
         patience: int = 3,
         min_delta: float = 0.0,
+        stopping_threshold: float | None = None,
     ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"early_stopping.mode must be 'min' or 'max', got {mode!r}")
@@ -47,6 +51,7 @@ class EarlyStopping(Callback):
         self.mode = mode
         self.patience = patience
         self.min_delta = min_delta
+        self.stopping_threshold = stopping_threshold
         self.best: float | None = None
         self.best_step: int | None = None
         self.bad_count = 0
@@ -62,6 +67,13 @@ class EarlyStopping(Callback):
             return value < self.best - self.min_delta
         return value > self.best + self.min_delta
 
+    def _reached(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        if self.mode == "min":
+            return value <= self.stopping_threshold
+        return value >= self.stopping_threshold
+
     def on_eval_end(self, data: EventData) -> None:
         if self.monitor not in data.metrics:
             if not self._warned:
@@ -74,6 +86,12 @@ class EarlyStopping(Callback):
                 )
             return
         value = float(data.metrics[self.monitor])
+        if self.stopping_threshold is not None and not self.stopped and self._reached(value):
+            self.stopped = True
+            data.trainer.request_stop(
+                f"early stopping: {self.monitor} reached {value:.6g} at step {data.step} "
+                f"(stopping_threshold {self.stopping_threshold:g})"
+            )
         if self.improved(value):
             self.best, self.best_step, self.bad_count = value, data.step, 0
             return
