@@ -19,7 +19,6 @@ import os
 import time
 from pathlib import Path
 
-
 SFT_UNTIL_LOSS = 0.3  # the SFT start (about 0.6-0.7 held-out exact match): GRPO has room to improve it
 
 
