@@ -9,11 +9,13 @@ explains) and marks it complete with ``.venv-vllm/.installed``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,15 +122,15 @@ def model_dir(tmp_path_factory, model, tokenizer) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory, model_dir):
-    """A vLLM OpenAI server on a free loopback port serving ``model_dir``; yields its /v1 URL."""
+@contextlib.contextmanager
+def running_vllm_server(model_dir: Path, workdir: Path) -> Iterator[str]:
+    """A vLLM OpenAI server on a free loopback port serving ``model_dir`` as ``tiny``; yields its
+    /v1 URL and stops it (its process group) on exit. Its log and cache live in ``workdir``."""
     require_vllm()
     import httpx
 
     port = free_port()
-    cache = tmp_path_factory.mktemp("vllm_cache")
-    log_path = tmp_path_factory.mktemp("vllm_log") / "server.log"
+    log_path = workdir / "server.log"
     cmd = [
         str(VLLM_PYTHON),
         "-m",
@@ -149,7 +151,7 @@ def vllm_server(tmp_path_factory, model_dir):
     ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=vllm_env(cache), start_new_session=True
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=vllm_env(workdir / "cache"), start_new_session=True
         )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 300
@@ -175,6 +177,13 @@ def vllm_server(tmp_path_factory, model_dir):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory, model_dir):
+    """A vLLM OpenAI server on a free loopback port serving ``model_dir``; yields its /v1 URL."""
+    with running_vllm_server(model_dir, tmp_path_factory.mktemp("vllm_server")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

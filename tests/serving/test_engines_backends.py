@@ -55,10 +55,19 @@ def test_hf_engine_agrees_with_torch_engine(engines):
     ours, hf = engines
     for params in (greedy(20), greedy(20, stop_token_ids=[5, 9]), greedy(20, repetition_penalty=1.3)):
         assert ids(hf.generate(PROMPTS, params)) == ids(ours.generate(PROMPTS, params))
-    a, b = ours.generate(PROMPTS, greedy(12, logprobs=True)), hf.generate(PROMPTS, greedy(12, logprobs=True))
+    params = greedy(12, logprobs=True, top_logprobs=3)
+    a, b = ours.generate(PROMPTS, params), hf.generate(PROMPTS, params)
     for x, y in zip(a, b, strict=True):
         torch.testing.assert_close(
             torch.tensor(x.completions[0].logprobs), torch.tensor(y.completions[0].logprobs)
+        )
+        tops_x, tops_y = x.completions[0].top_logprobs, y.completions[0].top_logprobs
+        assert [list(t) for t in tops_x] == [list(t) for t in tops_y]
+        torch.testing.assert_close(
+            torch.tensor([list(t.values()) for t in tops_x]),
+            torch.tensor([list(t.values()) for t in tops_y]),
+            atol=1e-4,
+            rtol=0,
         )
 
 
@@ -92,9 +101,11 @@ VLLM_SCRIPT = textwrap.dedent(
     def main():
         model_dir, new_weights, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
         engine = ENGINES.build({"name": "vllm", "path": model_dir, "max_model_len": 256})
-        dump = lambda outs: [[[c.token_ids, c.text, c.finish_reason, c.logprobs] for c in o.completions] for o in outs]
+        tops = lambda c: None if c.top_logprobs is None else [list(map(list, t.items())) for t in c.top_logprobs]
+        dump = lambda outs: [[[c.token_ids, c.text, c.finish_reason, c.logprobs, tops(c)] for c in o.completions] for o in outs]
+        greedy = SamplingParams(max_tokens=20, temperature=0, logprobs=True, top_logprobs=3)
         result = {
-            "greedy": dump(engine.generate(prompts, SamplingParams(max_tokens=20, temperature=0, logprobs=True))),
+            "greedy": dump(engine.generate(prompts, greedy)),
             "stop": dump(engine.generate(prompts, SamplingParams(max_tokens=20, temperature=0, stop=json.loads(sys.argv[4])))),
             "n": dump(engine.generate(prompts[:1], SamplingParams(max_tokens=8, temperature=1.0, n=3, seed=3))),
             "chat": dump(engine.chat([[{"role": "user", "content": "1+1="}]], SamplingParams(max_tokens=8, temperature=0))),
@@ -132,13 +143,21 @@ def test_vllm_engine_agrees_with_torch_and_hf(
     got = json.loads(lines[-1][len("RESULT ") :])
 
     hf = ENGINES.build({"name": "hf"}, model=model, tokenizer=tokenizer)
-    reference = ours.generate(PROMPTS, greedy(20, logprobs=True))
+    reference = ours.generate(PROMPTS, greedy(20, logprobs=True, top_logprobs=3))
     assert (
         [[c[0] for c in o] for o in got["greedy"]] == ids(reference) == ids(hf.generate(PROMPTS, greedy(20)))
     )
     for vllm_out, ref in zip(got["greedy"], reference, strict=True):
         torch.testing.assert_close(
             torch.tensor(vllm_out[0][3]), torch.tensor(ref.completions[0].logprobs), atol=1e-4, rtol=0
+        )
+        vllm_tops, our_tops = vllm_out[0][4], ref.completions[0].top_logprobs  # the top 3 of every step
+        assert [[t for t, _ in step] for step in vllm_tops] == [list(step) for step in our_tops]
+        torch.testing.assert_close(
+            torch.tensor([[v for _, v in step] for step in vllm_tops]),
+            torch.tensor([list(step.values()) for step in our_tops]),
+            atol=1e-4,
+            rtol=0,
         )
     stopped = ours.generate(PROMPTS, greedy(20, stop=stops))
     assert [[c[1] for c in o] for o in got["stop"]] == [[c.text for c in o.completions] for o in stopped]

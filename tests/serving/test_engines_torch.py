@@ -126,6 +126,38 @@ def test_logprobs_are_log_softmax_of_the_model_logits(engine, model, tokenizer):
         torch.testing.assert_close(torch.tensor(out.completions[0].logprobs), expected, atol=1e-4, rtol=1e-4)
 
 
+def test_top_logprobs_are_the_model_top_k(engine, model, tokenizer):
+    """``top_logprobs=k``: at every step the k largest log_softmax values of the model's logits with
+    their ids, most likely first, whatever the other rows of the batch ask for (here: none, 2, 5)."""
+    params = [
+        SamplingParams(max_tokens=8, temperature=0.9, seed=3, logprobs=True, top_logprobs=5),
+        SamplingParams(max_tokens=8, temperature=0, logprobs=True, top_logprobs=2),
+        SamplingParams(max_tokens=8, temperature=0),
+    ]
+
+    async def together():
+        return await asyncio.gather(
+            *[engine.generate_async(p, q) for p, q in zip(PROMPTS, params, strict=False)]
+        )
+
+    outs = asyncio.run(together())
+    assert outs[2].completions[0].top_logprobs is None and outs[2].completions[0].logprobs is None
+    for out, p in zip(outs[:2], params, strict=False):
+        c = out.completions[0]
+        full = torch.tensor([out.prompt_token_ids + c.token_ids])
+        with torch.inference_mode():
+            steps = model(full).logits[0, len(out.prompt_token_ids) - 1 : -1].float().log_softmax(-1)
+        assert len(c.top_logprobs) == len(c.token_ids)
+        for step, top, token, lp in zip(steps, c.top_logprobs, c.token_ids, c.logprobs, strict=True):
+            values, ids = step.topk(p.top_logprobs)
+            assert list(top) == ids.tolist()
+            torch.testing.assert_close(torch.tensor(list(top.values())), values, atol=1e-4, rtol=0)
+            if token in top:
+                assert top[token] == pytest.approx(lp, abs=1e-6)
+        if p.temperature == 0:  # greedy: the chosen token is the most likely one
+            assert all(next(iter(top)) == t for top, t in zip(c.top_logprobs, c.token_ids, strict=True))
+
+
 def test_requests_joining_a_running_batch_get_their_solo_output(engine):
     lengths = dict(zip(PROMPTS, [150, 40, 40, 30], strict=True))
     solo = {

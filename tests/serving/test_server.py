@@ -137,15 +137,100 @@ def test_stop_string(client):
     assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == cut
 
 
-def test_logprobs(client):
-    out = client.completions.create(model="tiny", prompt="ab", max_tokens=5, temperature=0, logprobs=1)
-    lp = out.choices[0].logprobs
-    assert len(lp.token_logprobs) == out.usage.completion_tokens == len(lp.tokens)
-    assert all(x <= 0 for x in lp.token_logprobs)
-    chat = client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=4, logprobs=True, top_logprobs=1
+def _model_logprobs(model, prompt_ids: list[int], token_ids: list[int]):
+    """log_softmax of the model's logits at each generated position (a direct forward)."""
+    import torch
+
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt_ids + token_ids])).logits[0, len(prompt_ids) - 1 : -1]
+    return logits.float().log_softmax(-1)
+
+
+def _check_steps(model, tokenizer, prompt_ids, steps, k: int) -> None:
+    """``steps``: (token text, its logprob, [(alternative text, logprob), ...]) per generated token.
+    The alternatives are the model's true top-k, most likely first, and the chosen token's entry
+    (if it is among them) equals its logprob."""
+    import torch
+
+    ids = {tokenizer.decode([i]): i for i in range(len(tokenizer))}
+    assert len(ids) == len(tokenizer)  # a token's text names it
+    token_ids = [ids[text] for text, _, _ in steps]
+    reference = _model_logprobs(model, prompt_ids, token_ids)
+    for (text, lp, top), ref in zip(steps, reference, strict=True):
+        assert lp == pytest.approx(float(ref[ids[text]]), abs=1e-4)
+        values, top_ids = ref.topk(k)
+        assert [ids[t] for t, _ in top] == top_ids.tolist()
+        torch.testing.assert_close(torch.tensor([v for _, v in top]), values, atol=1e-4, rtol=0)
+        assert all(a[1] >= b[1] for a, b in zip(top, top[1:], strict=False))
+        if text in dict(top):
+            assert dict(top)[text] == lp
+
+
+def test_completion_top_logprobs_are_the_model_top_k(client, model, tokenizer):
+    prompt_ids = tokenizer("1+2=")["input_ids"]
+    kw = dict(model="tiny", prompt="1+2=", max_tokens=6, temperature=0.8, seed=5, logprobs=3)
+    whole = client.completions.create(**kw).choices[0].logprobs
+    chunks = [c.choices[0].logprobs for c in client.completions.create(**kw, stream=True) if c.choices]
+    chunks = [c for c in chunks if c is not None]
+    streamed = [
+        (t, lp, top)
+        for c in chunks
+        for t, lp, top in zip(c.tokens, c.token_logprobs, c.top_logprobs, strict=True)
+    ]
+    assert [t for t, _, _ in streamed] == whole.tokens  # the same seed: the same completion
+    assert [off for c in chunks for off in c.text_offset] == whole.text_offset
+    assert whole.text_offset == [sum(len(t) for t in whole.tokens[:i]) for i in range(len(whole.tokens))]
+    for steps in (zip(whole.tokens, whole.token_logprobs, whole.top_logprobs, strict=True), streamed):
+        steps = list(steps)
+        for text, lp, top in steps:  # the top 3, and the chosen token if it is not among them
+            assert top[text] == lp and len(top) == (3 if list(top).index(text) < 3 else 4)
+        _check_steps(
+            model, tokenizer, prompt_ids, [(t, lp, list(top.items())[:3]) for t, lp, top in steps], 3
+        )
+    zero = client.completions.create(model="tiny", prompt="ab", max_tokens=4, temperature=0, logprobs=0)
+    lp = zero.choices[0].logprobs
+    assert len(lp.token_logprobs) == zero.usage.completion_tokens == len(lp.tokens)
+    assert lp.top_logprobs == [{t: x} for t, x in zip(lp.tokens, lp.token_logprobs, strict=True)]
+
+
+def test_chat_top_logprobs_are_the_model_top_k(client, model, tokenizer):
+    from types import SimpleNamespace
+
+    from toolbox.serving.engine import InferenceEngine
+
+    msgs = [{"role": "user", "content": "hi there"}]
+    prompt_ids = InferenceEngine.encode_chat(
+        SimpleNamespace(tokenizer=tokenizer), msgs
+    )  # the server's prompt
+    kw = dict(
+        model="tiny", messages=msgs, max_tokens=6, temperature=0.8, seed=2, logprobs=True, top_logprobs=7
     )
-    assert len(chat.choices[0].logprobs.content) == chat.usage.completion_tokens
+    whole = client.chat.completions.create(**kw)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    streamed = [
+        x for c in client.chat.completions.create(**kw, stream=True) if c.choices and c.choices[0].logprobs
+        for x in c.choices[0].logprobs.content
+    ]  # fmt: skip
+    assert [x.token for x in streamed] == [x.token for x in content]
+    for entries in (content, streamed):
+        assert all(len(x.top_logprobs) == 7 and x.bytes == list(x.token.encode()) for x in entries)
+        steps = [(x.token, x.logprob, [(a.token, a.logprob) for a in x.top_logprobs]) for x in entries]
+        _check_steps(model, tokenizer, prompt_ids, steps, 7)
+    plain = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=3, logprobs=True)
+    assert all(x.top_logprobs == [] for x in plain.choices[0].logprobs.content)
+    assert (
+        client.chat.completions.create(model="tiny", messages=msgs, max_tokens=3).choices[0].logprobs is None
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"logprobs": True, "top_logprobs": 21}, {"top_logprobs": 2}, {"logprobs": True, "top_logprobs": -1}],
+)
+def test_bad_chat_logprobs_are_400(server, bad):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, **bad}
+    assert_error(raw(server, "/chat/completions", body), 400)
 
 
 def test_temperature_top_p_max_tokens(client):
@@ -205,6 +290,8 @@ def test_prompt_longer_than_context(client):
         {"max_tokens": 0},
         {"max_tokens": "many"},
         {"logprobs": 99},
+        {"logprobs": 6},
+        {"logprobs": -1},
         {"stop": [""]},
         {"prompt": 123},
         {"prompt": []},

@@ -73,26 +73,34 @@ def load_tokenizer(path: str | None) -> Any:
 def random_requests(
     n: int, input_len: int, output_len: int, tokenizer: Any, seed: int = 0, range_ratio: float = 0.0
 ) -> list[BenchRequest]:
-    """``n`` prompts of ``input_len`` random tokens (text decoded from random ids, as vLLM's random
-    data set; random lowercase words without a tokenizer) asking for ``output_len`` tokens."""
+    """``n`` prompts of random tokens asking for ``output_len`` tokens, with the lengths of vLLM's
+    random data set: ``input_len`` counts the tokenizer's special tokens (a BOS), so the server sees
+    ``input_len`` prompt tokens; with ``range_ratio`` r the lengths are uniform integers in
+    ``[floor(L (1 - r)), ceil(L (1 + r))]`` (output at least 1). The text is decoded from random
+    non-special ids (random lowercase words without a tokenizer)."""
+    if not 0.0 <= range_ratio < 1.0:
+        raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio}")
     rng = random.Random(seed)
+    num_special = int(tokenizer.num_special_tokens_to_add()) if tokenizer is not None else 0
+    real_in = max(0, input_len - num_special)
+    lo_in, hi_in = math.floor(real_in * (1 - range_ratio)), math.ceil(real_in * (1 + range_ratio))
+    lo_out = max(1, math.floor(output_len * (1 - range_ratio)))
+    hi_out = max(1, math.ceil(output_len * (1 + range_ratio)))
+    if hi_in < 1:
+        raise ValueError(f"--random-input-len {input_len} leaves no room beside {num_special} special tokens")
+    vocab: list[int] = []
+    if tokenizer is not None:
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        special |= set(
+            (tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}).values()
+        )
+        vocab = [i for i in range(len(tokenizer)) if i not in special]
     out = []
     for _ in range(n):
-        lo_in, hi_in = max(1, int(input_len * (1 - range_ratio))), max(1, int(input_len * (1 + range_ratio)))
-        lo_out, hi_out = (
-            max(1, int(output_len * (1 - range_ratio))),
-            max(1, int(output_len * (1 + range_ratio))),
-        )
-        n_in, n_out = rng.randint(lo_in, hi_in), rng.randint(lo_out, hi_out)
+        n_in, n_out = max(1, rng.randint(lo_in, hi_in)), rng.randint(lo_out, hi_out)
         if tokenizer is not None:
-            special = set(getattr(tokenizer, "all_special_ids", []) or [])
-            special |= set(
-                (tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}).values()
-            )
-            vocab = [i for i in range(len(tokenizer)) if i not in special]
-            ids = [rng.choice(vocab) for _ in range(n_in)]
-            text = tokenizer.decode(ids)
-            prompt_len = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            text = tokenizer.decode([rng.choice(vocab) for _ in range(n_in)])
+            prompt_len = len(tokenizer(text)["input_ids"])  # what the server sees, specials included
         else:
             text = " ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=4)) for _ in range(n_in))
             prompt_len = n_in
@@ -100,9 +108,14 @@ def random_requests(
     return out
 
 
-def jsonl_requests(path: str, n: int, output_len: int, tokenizer: Any, seed: int = 0) -> list[BenchRequest]:
+def jsonl_requests(
+    path: str, n: int, output_len: int, tokenizer: Any, seed: int = 0, shuffle: bool = True
+) -> list[BenchRequest]:
     """Prompts from a JSONL file: one object per line with ``prompt`` (or ``text``), optional
-    ``output_len``/``max_tokens``; sampled (with replacement if there are fewer than ``n``)."""
+    ``output_tokens`` (vLLM's ``custom`` data set), ``output_len`` or ``max_tokens``; sampled (with
+    replacement if there are fewer than ``n``), or with ``shuffle=False`` the first ``n`` in file
+    order (repeated from the top if there are fewer), as ``vllm bench serve --dataset-name custom
+    --disable-shuffle`` takes them."""
     rows = []
     with open(path) as f:
         for line in f:
@@ -111,14 +124,20 @@ def jsonl_requests(path: str, n: int, output_len: int, tokenizer: Any, seed: int
     if not rows:
         raise ValueError(f"{path} holds no prompts")
     rng = random.Random(seed)
-    picked = rng.sample(rows, n) if len(rows) >= n else [rng.choice(rows) for _ in range(n)]
+    if not shuffle:
+        picked = [rows[i % len(rows)] for i in range(n)]
+    elif len(rows) >= n:
+        picked = rng.sample(rows, n)
+    else:
+        picked = [rng.choice(rows) for _ in range(n)]
     out = []
     for row in picked:
         prompt = row.get("prompt", row.get("text"))
         if prompt is None:
             raise ValueError(f"{path}: every line needs a 'prompt' field")
         plen = len(tokenizer(prompt)["input_ids"]) if tokenizer is not None else len(str(prompt).split())
-        out.append(BenchRequest(prompt, plen, int(row.get("output_len", row.get("max_tokens", output_len)))))
+        n_out = row.get("output_tokens", row.get("output_len", row.get("max_tokens", output_len)))
+        out.append(BenchRequest(prompt, plen, int(n_out)))
     return out
 
 
@@ -297,6 +316,7 @@ class BenchConfig:
     num_warmups: int = 0
     dataset: str = "random"
     dataset_path: str | None = None
+    shuffle: bool = True  # jsonl: sample the prompts; False: the first num_prompts in file order
     random_input_len: int = 32
     random_output_len: int = 32
     random_range_ratio: float = 0.0
@@ -335,7 +355,7 @@ async def run_benchmark(cfg: BenchConfig, requests: list[BenchRequest] | None = 
                 if not cfg.dataset_path:
                     raise ValueError("--dataset jsonl needs a path")
                 requests = jsonl_requests(
-                    cfg.dataset_path, cfg.num_prompts, cfg.random_output_len, tokenizer, cfg.seed
+                    cfg.dataset_path, cfg.num_prompts, cfg.random_output_len, tokenizer, cfg.seed, cfg.shuffle
                 )
             else:
                 requests = random_requests(
@@ -519,6 +539,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
         num_warmups=args.num_warmups,
         dataset=dataset,
         dataset_path=dataset_path,
+        shuffle=not args.disable_shuffle,
         random_input_len=args.random_input_len,
         random_output_len=args.random_output_len,
         random_range_ratio=args.random_range_ratio,
@@ -556,6 +577,9 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1.0 = Poisson")
     p.add_argument("--num-warmups", type=int, default=0)
     p.add_argument("--dataset", nargs="+", default=["random"], metavar="random|jsonl PATH")
+    p.add_argument(
+        "--disable-shuffle", action="store_true", help="jsonl: the first prompts in file order, unsampled"
+    )
     p.add_argument("--random-input-len", type=int, default=32)
     p.add_argument("--random-output-len", type=int, default=32)
     p.add_argument("--random-range-ratio", type=float, default=0.0)

@@ -46,6 +46,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     logprobs: bool = False
+    top_logprobs: int = 0  # with logprobs: also the k most likely tokens of every step
     ignore_eos: bool = False
 
 
@@ -57,6 +58,9 @@ class Completion:
     text: str
     finish_reason: str  # "stop" (eos or a stop string/id), "length", or "abort" (cancelled)
     logprobs: list[float] | None = None  # per token: log_softmax of the model's logits (raw, as vLLM)
+    # per token, when params.top_logprobs > 0: the k most likely token ids -> their logprob (as
+    # ``logprobs``), most likely first; the chosen token is among them only if it is that likely
+    top_logprobs: list[dict[int, float]] | None = None
 
 
 @dataclass
@@ -76,6 +80,7 @@ class StreamDelta:
     text: str
     finish_reason: str | None = None
     logprobs: list[float] | None = None  # one per token in ``token_ids`` when params.logprobs
+    top_logprobs: list[dict[int, float]] | None = None  # one per token when params.top_logprobs
 
 
 class InferenceEngine(ABC):
@@ -115,7 +120,7 @@ class InferenceEngine(ABC):
         """Default: generate whole, then yield each completion as one delta. Engines override."""
         out = await self.generate_async(prompt, params)
         for i, c in enumerate(out.completions):
-            yield StreamDelta(i, c.token_ids, c.text, c.finish_reason, c.logprobs)
+            yield StreamDelta(i, c.token_ids, c.text, c.finish_reason, c.logprobs, c.top_logprobs)
 
     def weights_updated(self) -> None:
         """The model this engine shares was changed in place (an optimizer step): drop derived copies.

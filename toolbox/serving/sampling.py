@@ -14,7 +14,8 @@ The draw uses the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` i.i.d., whi
 with probability ``p_i`` and lets each row take its noise from its own generator.
 
 Log-probs (``token_logprobs``) are ``log_softmax`` of the raw logits by default (what vLLM returns),
-or of the processed logits.
+or of the processed logits; ``logprobs_and_top`` adds the ``k`` most likely tokens of each row (only
+computed for a batch in which some row asks for them).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class SamplingTensors:
     any_min_p: bool
     any_penalty: bool
     any_logprobs: bool
+    max_top_logprobs: int  # the largest top_logprobs of a row that asks for logprobs; 0 = none
 
     @classmethod
     def from_params(
@@ -79,6 +81,7 @@ class SamplingTensors:
             any_min_p=any(p.min_p > 0.0 for p in params),
             any_penalty=any(p.repetition_penalty != 1.0 for p in params),
             any_logprobs=any(p.logprobs for p in params),
+            max_top_logprobs=max((p.top_logprobs for p in params if p.logprobs), default=0),
         )
 
 
@@ -99,6 +102,8 @@ def check_params(params: Sequence[SamplingParams]) -> None:
             raise ValueError(f"n must be >= 1, got {p.n}")
         if p.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {p.max_tokens}")
+        if p.top_logprobs < 0:
+            raise ValueError(f"top_logprobs must be >= 0, got {p.top_logprobs}")
 
 
 # the processors -----------------------------------------------------------------------------------
@@ -198,3 +203,16 @@ def sample(
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``log_softmax(logits)[i, tokens[i]]`` for each row, in float32."""
     return logits.float().log_softmax(dim=-1).gather(1, tokens.view(-1, 1)).squeeze(1)
+
+
+def logprobs_and_top(
+    logits: torch.Tensor, tokens: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The chosen tokens' ``log_softmax`` (``[B]``) and, when ``k > 0``, the ``k`` largest log-probs of
+    each row with their token ids (``[B, k]`` each, most likely first), from one ``log_softmax``."""
+    logprobs = logits.float().log_softmax(dim=-1)
+    chosen = logprobs.gather(1, tokens.view(-1, 1)).squeeze(1)
+    if k <= 0:
+        return chosen, None, None
+    values, ids = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1)
+    return chosen, values, ids

@@ -298,10 +298,10 @@ def _prepare(
     limit = engine.max_model_len
     if isinstance(body, ChatCompletionRequest):
         max_tokens = body.max_completion_tokens or body.max_tokens
-        want_logprobs = body.logprobs
+        want_logprobs, top_logprobs = body.logprobs, body.top_logprobs or 0
     else:
         max_tokens = body.max_tokens
-        want_logprobs = body.logprobs is not None
+        want_logprobs, top_logprobs = body.logprobs is not None, body.logprobs or 0
     for ids in prompts:
         if not ids:
             raise bad_request("the prompt is empty", "prompt")
@@ -320,7 +320,7 @@ def _prepare(
                 )
     if max_tokens is None:
         max_tokens = (limit - max(len(p) for p in prompts)) if limit is not None else 16
-    params = body.sampling_params(max_tokens, want_logprobs)
+    params = body.sampling_params(max_tokens, want_logprobs, top_logprobs)
     return prompts, params
 
 
@@ -336,28 +336,56 @@ def _submit_all(state: _State, prompts: list[list[int]], params: SamplingParams,
     return handles
 
 
+def _lp(x: float) -> float:
+    """A log-prob JSON can carry: -inf (a token the processed logits ruled out) as vLLM's -9999."""
+    return max(float(x), -9999.0)
+
+
 def _completion_logprobs(
-    tokenizer: Any, token_ids: Sequence[int], logprobs: Sequence[float], k: int, offset: int
-):
+    tokenizer: Any,
+    token_ids: Sequence[int],
+    logprobs: Sequence[float],
+    tops: Sequence[dict[int, float]] | None,
+    offset: int,
+) -> dict[str, Any]:
+    """The completions API's ``logprobs`` object. ``top_logprobs[i]`` maps the text of the ``logprobs``
+    most likely tokens (most likely first) and of the chosen token to their log-probs, as OpenAI and
+    vLLM do (k or k + 1 entries; only the chosen token with ``logprobs: 0``)."""
     tokens = [_token_text(tokenizer, t) for t in token_ids]
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
         pos += len(t)
+    top_logprobs = []
+    for i, (t, lp) in enumerate(zip(tokens, logprobs, strict=False)):
+        entry = {_token_text(tokenizer, tid): _lp(v) for tid, v in (tops[i] if tops else {}).items()}
+        entry.setdefault(t, _lp(lp))
+        top_logprobs.append(entry)
     return {
         "tokens": tokens,
-        "token_logprobs": list(logprobs),
-        "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs, strict=False)] if k > 0 else None,
+        "token_logprobs": [_lp(x) for x in logprobs],
+        "top_logprobs": top_logprobs,
         "text_offset": offsets,
     }
 
 
-def _chat_logprobs(tokenizer: Any, token_ids: Sequence[int], logprobs: Sequence[float], top: int):
+def _chat_logprobs(
+    tokenizer: Any,
+    token_ids: Sequence[int],
+    logprobs: Sequence[float],
+    tops: Sequence[dict[int, float]] | None,
+) -> dict[str, Any]:
+    """The chat API's ``logprobs`` object: per token its text, log-prob and bytes, and in
+    ``top_logprobs`` the ``top_logprobs`` most likely tokens of that step, most likely first."""
+
+    def entry(token_id: int, logprob: float) -> dict[str, Any]:
+        text = _token_text(tokenizer, token_id)
+        return {"token": text, "logprob": _lp(logprob), "bytes": list(text.encode())}
+
     content = []
-    for t, lp in zip(token_ids, logprobs, strict=False):
-        text = _token_text(tokenizer, t)
-        entry = {"token": text, "logprob": lp, "bytes": list(text.encode())}
-        content.append({**entry, "top_logprobs": [entry] if top > 0 else []})
+    for i, (t, lp) in enumerate(zip(token_ids, logprobs, strict=False)):
+        top = [entry(tid, v) for tid, v in (tops[i] if tops else {}).items()]
+        content.append({**entry(t, lp), "top_logprobs": top})
     return {"content": content}
 
 
@@ -422,7 +450,7 @@ async def _whole(state, kind, body, request, handles, prompts, params, rid, t0) 
                 choice: dict[str, Any] = {
                     "index": index,
                     "message": {"role": "assistant", "content": c.text},
-                    "logprobs": _chat_logprobs(tok, c.token_ids, c.logprobs or [], body.top_logprobs or 0)
+                    "logprobs": _chat_logprobs(tok, c.token_ids, c.logprobs or [], c.top_logprobs)
                     if params.logprobs
                     else None,
                     "finish_reason": c.finish_reason,
@@ -431,9 +459,7 @@ async def _whole(state, kind, body, request, handles, prompts, params, rid, t0) 
                 choice = {
                     "index": index,
                     "text": c.text,
-                    "logprobs": _completion_logprobs(
-                        tok, c.token_ids, c.logprobs or [], body.logprobs or 0, 0
-                    )
+                    "logprobs": _completion_logprobs(tok, c.token_ids, c.logprobs or [], c.top_logprobs, 0)
                     if params.logprobs
                     else None,
                     "finish_reason": c.finish_reason,
@@ -518,6 +544,7 @@ async def _stream(state, kind, body, request, handles, prompts, params, rid, t0)
     n_completion = 0
     n_prompt = sum(len(p) for p in prompts)
     started: set[int] = set()
+    text_offsets: dict[int, int] = {}  # completions with logprobs: the text offset of each choice
     finished = False
     status = 200
     state.metrics.in_flight += 1
@@ -538,7 +565,7 @@ async def _stream(state, kind, body, request, handles, prompts, params, rid, t0)
                 choice: dict[str, Any] = {
                     "index": index,
                     "delta": d,
-                    "logprobs": _chat_logprobs(tok, delta.token_ids, lp, body.top_logprobs or 0)
+                    "logprobs": _chat_logprobs(tok, delta.token_ids, lp, delta.top_logprobs)
                     if lp is not None
                     else None,
                     "finish_reason": delta.finish_reason,
@@ -547,11 +574,16 @@ async def _stream(state, kind, body, request, handles, prompts, params, rid, t0)
                 choice = {
                     "index": index,
                     "text": delta.text,
-                    "logprobs": _completion_logprobs(tok, delta.token_ids, lp, body.logprobs or 0, 0)
+                    "logprobs": _completion_logprobs(
+                        tok, delta.token_ids, lp, delta.top_logprobs, text_offsets.get(index, 0)
+                    )
                     if lp is not None
                     else None,
                     "finish_reason": delta.finish_reason,
                 }
+            if lp is not None and kind != "chat":
+                step = sum(len(_token_text(tok, t)) for t in delta.token_ids)
+                text_offsets[index] = text_offsets.get(index, 0) + step
             chunk: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": state.model_name}
             chunk["choices"] = [choice]
             if include_usage:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from toolbox.serving.engine import SamplingParams
 
@@ -48,7 +48,7 @@ class _Sampling(BaseModel):
             raise ValueError("stop strings must not be empty")
         return v
 
-    def sampling_params(self, max_tokens: int, logprobs: bool) -> SamplingParams:
+    def sampling_params(self, max_tokens: int, logprobs: bool, top_logprobs: int = 0) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         return SamplingParams(
             max_tokens=max_tokens,
@@ -62,6 +62,7 @@ class _Sampling(BaseModel):
             stop=stop,
             stop_token_ids=list(self.stop_token_ids or []),
             logprobs=logprobs,
+            top_logprobs=top_logprobs if logprobs else 0,
             ignore_eos=self.ignore_eos,
         )
 
@@ -123,4 +124,10 @@ class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool = False
-    top_logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self

@@ -128,20 +128,29 @@ class HFEngine(InferenceEngine):
             tokenizer=self.tokenizer if params.stop else None,
         )
         new = out.sequences[:, width:].tolist()
-        logprobs = None
+        logprobs = tops = None
         if params.logprobs:
             steps = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # [rows, steps, V]
             chosen = out.sequences[:, width:].to(steps.device)
             logprobs = steps.gather(2, chosen.unsqueeze(-1)).squeeze(-1).tolist()
+            if params.top_logprobs:
+                values, ids = steps.topk(min(params.top_logprobs, steps.shape[-1]), dim=-1)
+                tops = [
+                    [dict(zip(i, v, strict=True)) for i, v in zip(row_ids, row_values, strict=True)]
+                    for row_ids, row_values in zip(ids.tolist(), values.tolist(), strict=True)
+                ]
         stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_ids))
         results = []
         for i, prompt in enumerate(prompts):
             completions = []
             for j in range(params.n):
                 row = i * params.n + j
-                completions.append(
-                    self._completion(new[row], None if logprobs is None else logprobs[row], stop_ids, params)
+                completion = self._completion(
+                    new[row], None if logprobs is None else logprobs[row], stop_ids, params
                 )
+                if tops is not None:
+                    completion.top_logprobs = tops[row][: len(completion.token_ids)]
+                completions.append(completion)
             results.append(RequestOutput(list(prompt), completions))
         return results
 

@@ -42,10 +42,10 @@ from toolbox.serving.engines.detokenize import IncrementalText
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.sampling import (
     SamplingTensors,
+    logprobs_and_top,
     make_generator,
     process_logits,
     sample,
-    token_logprobs,
 )
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,7 @@ class _Seq:
     cache_len: int = 0
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
 
 
@@ -378,7 +379,10 @@ class ContinuousBatcher:
                 if request in self._waiting:
                     self._waiting.remove(request)
             if not request.seqs:  # never admitted
-                empty = Completion([], "", "abort", [] if request.params.logprobs else None)
+                p = request.params
+                empty = Completion(
+                    [], "", "abort", [] if p.logprobs else None, [] if p.logprobs and p.top_logprobs else None
+                )
                 request.handle._finish(RequestOutput(request.prompt, [empty] * request.params.n))
                 with self._cv:
                     self._forget(request)
@@ -455,25 +459,30 @@ class ContinuousBatcher:
         processed = process_logits(logits, t, history)
         generators = None if t.all_greedy else [s.generator for s in seqs]
         tokens = sample(processed, t, generators, self.generator)
-        logprobs = None
-        if t.any_logprobs:
-            source = logits if self.logprobs_mode == "raw" else processed
-            logprobs = token_logprobs(source, tokens).tolist()
         if decoded:
             for seq in seqs:
                 seq.cache_len += 1
-        if logprobs is None:
+        if not t.any_logprobs:
             for seq, token in zip(seqs, tokens.tolist(), strict=True):
-                self._append(seq, token, None)
-        else:
-            for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs, strict=True):
-                self._append(seq, token, logprob)
+                self._append(seq, token, None, None)
+            return
+        source = logits if self.logprobs_mode == "raw" else processed
+        chosen, top_values, top_ids = logprobs_and_top(source, tokens, t.max_top_logprobs)
+        logprobs = chosen.tolist()
+        values = top_values.tolist() if top_values is not None else None
+        ids = top_ids.tolist() if top_ids is not None else None
+        for row, (seq, token) in enumerate(zip(seqs, tokens.tolist(), strict=True)):
+            k = seq.request.params.top_logprobs if seq.request.params.logprobs else 0
+            top = dict(zip(ids[row][:k], values[row][:k], strict=True)) if k and ids and values else None
+            self._append(seq, token, logprobs[row], top)
 
-    def _append(self, seq: _Seq, token: int, logprob: float | None) -> None:
+    def _append(self, seq: _Seq, token: int, logprob: float | None, top: dict[int, float] | None) -> None:
         request = seq.request
         seq.tokens.append(token)
         if request.params.logprobs:
             seq.logprobs.append(logprob)  # type: ignore[arg-type]
+            if top is not None:
+                seq.top_logprobs.append(top)
         reason = None
         if token in request.stop_ids:
             reason = "stop"
@@ -485,8 +494,16 @@ class ContinuousBatcher:
             self._finish_seq(seq, reason)
         elif request.handle.stream:
             piece = seq.text.take() if seq.text is not None else ""
+            p = request.params
             request.handle._emit(
-                StreamDelta(seq.index, [token], piece, None, [logprob] if request.params.logprobs else None)
+                StreamDelta(
+                    seq.index,
+                    [token],
+                    piece,
+                    None,
+                    [logprob] if p.logprobs else None,  # type: ignore[list-item]
+                    [top] if p.logprobs and p.top_logprobs and top is not None else None,
+                )
             )
 
     def _finish_seq(self, seq: _Seq, reason: str) -> None:
@@ -497,8 +514,10 @@ class ContinuousBatcher:
             assert seq.text is not None
             seq.text.finish()
             last = [seq.tokens[-1]] if seq.tokens and reason != "abort" else []
-            lp = seq.logprobs[-1:] if request.params.logprobs and last else None
-            request.handle._emit(StreamDelta(seq.index, last, seq.text.take(final=True), reason, lp))
+            p = request.params
+            lp = seq.logprobs[-1:] if p.logprobs and last else None
+            top = seq.top_logprobs[-1:] if p.logprobs and p.top_logprobs and last else None
+            request.handle._emit(StreamDelta(seq.index, last, seq.text.take(final=True), reason, lp, top))
         if request.unfinished == 0:
             self._complete(request)
 
@@ -517,6 +536,9 @@ class ContinuousBatcher:
                     text=text,
                     finish_reason=seq.finish_reason or "abort",
                     logprobs=list(seq.logprobs) if request.params.logprobs else None,
+                    top_logprobs=list(seq.top_logprobs)
+                    if request.params.logprobs and request.params.top_logprobs
+                    else None,
                 )
             )
         request.handle._finish(RequestOutput(list(request.prompt), completions))

@@ -121,7 +121,7 @@ class VLLMEngine(InferenceEngine):
             stop_token_ids=list(params.stop_token_ids) or None,
             ignore_eos=params.ignore_eos,
             max_tokens=params.max_tokens,
-            logprobs=0 if params.logprobs else None,
+            logprobs=params.top_logprobs if params.logprobs else None,
         )
 
     def generate(
@@ -143,17 +143,27 @@ class VLLMEngine(InferenceEngine):
         for prompt, out in zip(ids, outs, strict=True):
             completions = []
             for c in sorted(out.outputs, key=lambda c: c.index):
-                logprobs = None
+                logprobs = top_logprobs = None
                 if params.logprobs and c.logprobs is not None:
                     logprobs = [
                         float(step[t].logprob) for step, t in zip(c.logprobs, c.token_ids, strict=False)
                     ]
+                    if params.top_logprobs:  # a step holds the chosen token and the k of rank 1..k
+                        top_logprobs = [
+                            {
+                                int(t): float(lp.logprob)
+                                for t, lp in sorted(step.items(), key=lambda item: item[1].rank)
+                                if lp.rank is not None and lp.rank <= params.top_logprobs
+                            }
+                            for step in c.logprobs
+                        ]
                 completions.append(
                     Completion(
                         token_ids=list(c.token_ids),
                         text=c.text,
                         finish_reason=c.finish_reason or "length",
                         logprobs=logprobs,
+                        top_logprobs=top_logprobs,
                     )
                 )
             results.append(RequestOutput(prompt, completions))
