@@ -69,6 +69,26 @@ def test_grad_accumulation_matches_one_large_batch(tiny_overrides):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+def test_lean_forward_trains_the_model_as_its_own_forward_does(tiny_overrides):
+    """``trainer.forward``: ``exact`` updates bitwise as the model's forward; ``lean`` within rounding."""
+    from toolbox.core.errors import ConfigError
+    from toolbox.nn.llama_training import LlamaTrainingForward
+
+    params = {}
+    for forward in ("model", "exact", "lean"):
+        parts = _build([*tiny_overrides, "trainer.max_steps=3", f"trainer.forward={forward}"])
+        assert isinstance(parts.trainer._forward, LlamaTrainingForward) == (forward != "model")
+        for _ in range(3):
+            parts.trainer.train_step()
+        params[forward] = dict(parts.model.state_dict())
+    assert params["exact"].keys() == params["model"].keys() == params["lean"].keys()
+    for name, value in params["model"].items():
+        assert torch.equal(params["exact"][name], value), name
+        torch.testing.assert_close(params["lean"][name], value, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ConfigError, match=r"trainer\.forward: expected Literal\['lean', 'exact', 'model'\]"):
+        _build([*tiny_overrides, "trainer.forward=fast"])
+
+
 def test_bf16_autocast_trains(tiny_overrides):
     parts = _build([*tiny_overrides, "trainer.max_steps=3", "precision=bf16"])
     final = parts.trainer.fit()

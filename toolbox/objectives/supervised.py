@@ -39,7 +39,6 @@ class CausalLMLoss(SupervisedObjective):
             # causal attention never looks right, so right padding changes no scored logit: dropping
             # the mask lets attention take its fused causal path (same result, faster)
             del inputs["attention_mask"]
-        logits = model(**inputs).logits
         if self.completion_only:
             mask = batch["completion_mask"]
         else:
@@ -48,7 +47,11 @@ class CausalLMLoss(SupervisedObjective):
         scored = mask[:, 1:].bool()
         if padding is not None:
             scored = scored & padding[:, 1:].bool()
-        logits = logits[:, :-1][scored]
+        if getattr(model, "accepts_logits_mask", False):
+            # a training forward (toolbox.nn.llama_training) that computes only the logits we score
+            logits = model(**inputs, logits_mask=F.pad(scored, (0, 1))).logits
+        else:
+            logits = model(**inputs).logits[:, :-1][scored]
         targets = labels[scored]
         loss_sum = F.cross_entropy(
             logits.float(), targets, reduction="sum", label_smoothing=self.label_smoothing

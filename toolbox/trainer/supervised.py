@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from toolbox.core.registries import TRAINERS
 from toolbox.data.loader import BatchLoader
+from toolbox.nn.llama_training import training_forward
 from toolbox.objectives.base import SupervisedObjective
 from toolbox.trainer.base import BaseTrainer
 
@@ -32,6 +33,11 @@ class SupervisedTrainer(BaseTrainer):
         eval_every: run the evaluators every this many steps (0: only at the end).
         save_every: save a checkpoint every this many steps (0: only at the end).
         shuffle: visit the training set in a seeded random order each epoch.
+        forward: how a Hugging Face Llama computes its training loss: ``lean`` (a leaner forward
+            over the same weights that also skips the positions no loss reads; the same loss, and
+            gradients equal up to float rounding), ``exact`` (leaner, with gradients bitwise those
+            of transformers' forward) or ``model`` (the model's own forward). Other models always
+            use their own forward.
     """
 
     objective_family = SupervisedObjective
@@ -46,6 +52,7 @@ class SupervisedTrainer(BaseTrainer):
         eval_every: int = 0,
         save_every: int = 0,
         shuffle: bool = True,
+        forward: Literal["lean", "exact", "model"] = "lean",
     ) -> None:
         super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
         self.grad_accum_steps = grad_accum_steps
@@ -61,10 +68,15 @@ class SupervisedTrainer(BaseTrainer):
             world_size=ctx.world_size,
         )
         self._params = [p for p in self.model.parameters() if p.requires_grad]
+        # what the objective calls: a leaner forward over the same weights where one covers the model
+        # (an unwrapped HF Llama), else the model itself; checkpoints always save the model
+        lean = training_forward(self.model, exact=forward == "exact") if forward != "model" else None
+        self._forward = lean or self.model
 
     def train_step(self) -> dict[str, float]:
         start = time.perf_counter()
-        self.model.train()
+        if not self.model.training:  # a no-op walk over every module otherwise
+            self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, items, correct, tokens = 0.0, 0, 0.0, 0
         device = self.strategy.device
@@ -73,7 +85,7 @@ class SupervisedTrainer(BaseTrainer):
                 k: v.to(device) if torch.is_tensor(v) else v for k, v in self.loader.next_batch().items()
             }
             with self.precision.autocast():
-                out = self.objective(self.model, batch)
+                out = self.objective(self._forward, batch)
             loss = out.loss_sum
             if self.precision.scaler is not None:
                 loss = self.precision.scaler.scale(loss)

@@ -1,0 +1,136 @@
+"""The lean Llama training forward computes what transformers' Llama computes, loss and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from toolbox.core.registries import MODELS
+from toolbox.nn.llama_training import LlamaTrainingForward, training_forward
+from toolbox.objectives.supervised import CausalLMLoss
+
+VOCAB = 40
+
+
+def build_llama(**settings):
+    torch.manual_seed(0)
+    sizes = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 96}
+    return MODELS.build(
+        {"name": "tiny_llama", **sizes, **settings},
+        path="model",
+        vocab_size=VOCAB,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+def right_padded_batch(lengths=(9, 6, 11, 4), prompt=(3, 2, 5, 4), seed=1):
+    """Right-padded rows; the completion is everything after the row's prompt."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.zeros((len(lengths), width), dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    completion = torch.zeros_like(ids)
+    for i, (n, p) in enumerate(zip(lengths, prompt, strict=True)):
+        ids[i, :n] = torch.randint(3, VOCAB, (n,), generator=g)
+        attention[i, :n] = 1
+        completion[i, p:n] = 1
+    return {"input_ids": ids, "attention_mask": attention, "completion_mask": completion}
+
+
+def loss_and_grads(model, forward, batch, objective=None):
+    model.zero_grad(set_to_none=True)
+    out = (objective or CausalLMLoss())(forward, batch)
+    out.loss_sum.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def assert_same_gradients(grads, ref_grads):
+    """Equal up to float reassociation: within 1e-5 of each tensor's largest entry."""
+    assert grads.keys() == ref_grads.keys()
+    for name, ref in ref_grads.items():
+        err = float((grads[name] - ref).abs().max())
+        assert err <= 1e-5 * float(ref.abs().max()), f"{name}: off by {err}"
+
+
+@pytest.mark.parametrize("settings", [{}, {"num_kv_heads": 1}, {"tie_word_embeddings": False}])
+def test_loss_and_gradients_equal_the_models(settings) -> None:
+    model = build_llama(**settings)
+    fast = training_forward(model)
+    assert isinstance(fast, LlamaTrainingForward)
+    batch = right_padded_batch()
+    ref, ref_grads = loss_and_grads(model, model, batch)
+    out, grads = loss_and_grads(model, fast, batch)
+    assert out.num_items == ref.num_items
+    assert out.metrics == ref.metrics
+    torch.testing.assert_close(out.loss_sum, ref.loss_sum, rtol=1e-6, atol=1e-6)
+    assert_same_gradients(grads, ref_grads)
+
+
+@pytest.mark.parametrize("completion_only", [True, False])
+def test_exact_mode_gives_bitwise_the_models_gradients(completion_only) -> None:
+    model = build_llama()
+    fast = training_forward(model, exact=True)
+    assert not fast.accepts_logits_mask  # every position computed, as transformers does
+    batch = right_padded_batch()
+    objective = CausalLMLoss(completion_only=completion_only)
+    ref, ref_grads = loss_and_grads(model, model, batch, objective)
+    out, grads = loss_and_grads(model, fast, batch, objective)
+    assert torch.equal(out.loss_sum, ref.loss_sum)
+    assert all(torch.equal(grads[name], grad) for name, grad in ref_grads.items())
+    ids = batch["input_ids"]
+    keep = batch["completion_mask"].bool()
+    assert torch.equal(fast(ids, logits_mask=keep).logits, model(ids).logits[keep])
+
+
+def test_every_token_scored_and_full_logits() -> None:
+    model = build_llama()
+    fast = training_forward(model)
+    batch = right_padded_batch()
+    objective = CausalLMLoss(completion_only=False)
+    ref, ref_grads = loss_and_grads(model, model, batch, objective)
+    out, grads = loss_and_grads(model, fast, batch, objective)
+    torch.testing.assert_close(out.loss_sum, ref.loss_sum, rtol=1e-6, atol=1e-6)
+    assert_same_gradients(grads, ref_grads)
+    # without a logits mask: every position's logits, as the model gives them
+    ids = batch["input_ids"]
+    torch.testing.assert_close(fast(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-6)
+    mask = torch.rand(ids.shape, generator=torch.Generator().manual_seed(3)) < 0.3
+    torch.testing.assert_close(
+        fast(ids, logits_mask=mask).logits, model(ids).logits[mask], rtol=1e-5, atol=1e-6
+    )
+
+
+def test_what_it_does_not_cover_falls_back_to_the_model() -> None:
+    model = build_llama()
+    fast = training_forward(model)
+    ids = right_padded_batch()["input_ids"]
+    left = torch.ones_like(ids)
+    left[0, :3] = 0  # left padding: the model's own masked forward
+    keep = torch.ones_like(ids, dtype=torch.bool)
+    torch.testing.assert_close(
+        fast(ids, attention_mask=left, logits_mask=keep).logits,
+        model(ids, attention_mask=left).logits[keep],
+    )
+    nothing = torch.zeros_like(keep)
+    assert fast(ids, logits_mask=nothing).logits.shape == (0, VOCAB)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(fast(ids).logits, model(ids).logits)
+
+
+def test_only_plain_llamas_get_one() -> None:
+    assert training_forward(MODELS.build({"name": "transformer_lm", "vocab_size": VOCAB})) is None
+    assert training_forward(torch.nn.Linear(2, 2)) is None
+    llama = build_llama()
+    llama.config.hidden_act = "gelu"
+    assert training_forward(llama) is None
+
+
+def test_the_model_keeps_its_parameters_and_state_dict() -> None:
+    model = build_llama()
+    keys = list(model.state_dict())
+    fast = training_forward(model)
+    CausalLMLoss()(fast, right_padded_batch()).loss_sum.backward()
+    assert list(model.state_dict()) == keys
+    assert all(p.grad is not None for p in model.parameters())

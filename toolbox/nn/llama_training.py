@@ -1,0 +1,206 @@
+"""A leaner training forward for Hugging Face Llama models: the same weights, fewer ops.
+
+A tiny model on a CPU spends much of each step in the per-op overhead of transformers' Llama
+forward (mask construction, rotary tables, module and kwargs plumbing) and in positions whose
+outputs no loss reads. :class:`LlamaTrainingForward` computes the same function straight from the
+model's parameters:
+
+- q, k and v come from one matrix product (the weights are concatenated in the compute path only:
+  the model, its state dict and what it saves keep the Hugging Face layout), and the rotary
+  embedding rotates q and k in one go;
+- the rotary tables are built once per length and reused;
+- right padding needs no mask (causal attention never looks right), so attention takes its fused
+  causal path;
+- given ``logits_mask``, the positions whose logits are needed (the completion tokens of an SFT
+  batch), the last layer computes queries, the feed-forward, the final norm and the output
+  projection only there; keys and values still cover every position up to the last kept one,
+  and later positions are not computed at all. Nothing the kept logits depend on is skipped, so
+  the loss and every gradient are those of the full forward.
+
+Anything it does not cover (autocast, weights not in float32, attention dropout or activation
+checkpointing while training, left padding, explicit positions, other architectures or rope types)
+falls back to the model's own forward, so the result is always the model's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from toolbox.nn.outputs import CausalLMOutput
+
+
+class LlamaTrainingForward:
+    """Callable like the model for training: ``(input_ids, attention_mask, logits_mask) -> logits``.
+
+    Holds a reference to the model (it owns no parameters and is never saved). With
+    ``logits_mask`` (``[batch, seq]`` bool) the returned logits are ``[n, vocab]``, the rows of
+    ``logits[logits_mask]`` in the same order; without it ``[batch, seq, vocab]``. ``exact`` keeps
+    transformers' order of operations (separate q/k/v products, every position computed), so
+    losses and gradients are bitwise those of the model's forward.
+    """
+
+    def __init__(self, model: nn.Module, exact: bool = False) -> None:
+        self.model = model
+        self.exact = exact
+        self.accepts_logits_mask = not exact
+        config = model.config
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.gqa = self.num_kv_heads != self.num_heads
+        self._rotary: dict[tuple[int, torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+
+    def __call__(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        logits_mask: Tensor | None = None,
+    ) -> CausalLMOutput:
+        if not self._covers(input_ids, attention_mask, position_ids) or (
+            logits_mask is not None and not bool(logits_mask.any())
+        ):
+            logits = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+            ).logits
+            return CausalLMOutput(logits=logits if logits_mask is None else logits[logits_mask])
+        if self.exact and logits_mask is not None:  # every position, as transformers computes them
+            return CausalLMOutput(logits=self._forward(input_ids, None)[logits_mask])
+        return CausalLMOutput(logits=self._forward(input_ids, logits_mask))
+
+    def _covers(self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor | None) -> bool:
+        model = self.model
+        if position_ids is not None or torch.is_autocast_enabled(input_ids.device.type):
+            return False
+        if model.lm_head.weight.dtype != torch.float32:  # HF's norms round through float32 differently
+            return False
+        if model.training and (model.config.attention_dropout or model.model.gradient_checkpointing):
+            return False
+        if input_ids.shape[1] > model.config.max_position_embeddings:
+            return False
+        if attention_mask is not None:  # right padding only: then the mask changes no kept logit
+            if attention_mask.dim() != 2 or not bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):
+                return False
+        return True
+
+    def _rotary_tables(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``cos`` and ``sin`` of positions ``0..length-1``, computed as transformers computes them."""
+        key = (length, device, dtype)
+        if key not in self._rotary:
+            rotary = self.model.model.rotary_emb
+            positions = torch.arange(length, device=device)[None]
+            with torch.no_grad():
+                self._rotary[key] = rotary(torch.empty((), dtype=dtype, device=device), positions)
+        cos, sin = self._rotary[key]
+        return cos[0], sin[0]
+
+    def _forward(self, input_ids: Tensor, logits_mask: Tensor | None) -> Tensor:
+        llama = self.model.model
+        if logits_mask is not None:
+            # causal: no kept logit depends on a later position, so the columns after the last kept
+            # one (at least the final token, only ever a target) need no compute at all
+            end = int(logits_mask.any(0).nonzero().max()) + 1
+            input_ids, logits_mask = input_ids[:, :end], logits_mask[:, :end]
+        batch, length = input_ids.shape
+        x = llama.embed_tokens(input_ids)
+        cos, sin = self._rotary_tables(length, x.device, x.dtype)
+        layers = llama.layers[: self.model.config.num_hidden_layers]
+        for i, layer in enumerate(layers):
+            if logits_mask is not None and i == len(layers) - 1:
+                x = self._last_layer(layer, x, cos, sin, logits_mask)
+            else:
+                x = self._layer(layer, x, cos, sin)
+        x = _rms_norm(x, llama.norm)
+        return self.model.lm_head(x)
+
+    def _layer(self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        attn = layer.self_attn
+        h = _rms_norm(x, layer.input_layernorm)
+        if self.exact:  # transformers' own op order: bitwise its gradients
+            q, k, v = (
+                proj(h).view(batch, length, -1, self.head_dim).transpose(1, 2)
+                for proj in (attn.q_proj, attn.k_proj, attn.v_proj)
+            )
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        else:
+            qkv = F.linear(h, torch.cat((attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)))
+            qkv = qkv.view(batch, length, -1, self.head_dim).transpose(1, 2)
+            qk, v = qkv.split((self.num_heads + self.num_kv_heads, self.num_kv_heads), dim=1)
+            q, k = _rope(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling, enable_gqa=self.gqa)
+        x = x + attn.o_proj(o.transpose(1, 2).reshape(batch, length, -1))
+        return x + _mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm))
+
+    def _last_layer(self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, keep: Tensor) -> Tensor:
+        """The last layer at the kept positions only: returns their outputs, ``[n, hidden]``.
+
+        Each row's kept positions are packed to the left (``width`` = the most any row keeps);
+        their queries attend to every position up to their own.
+        """
+        batch, length, hidden = x.shape
+        attn = layer.self_attn
+        counts = keep.sum(1)
+        width = int(counts.max())
+        # per row: its kept positions first, in order, then others (computed in spare slots, dropped)
+        slots = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)[:, :width]
+        valid = (torch.arange(width, device=x.device) < counts[:, None]).flatten().nonzero().squeeze(1)
+        rows = (slots + torch.arange(batch, device=x.device)[:, None] * length).flatten()
+        h = _rms_norm(x, layer.input_layernorm).flatten(0, 1)  # [batch * length, hidden]
+        kv = F.linear(h, torch.cat((attn.k_proj.weight, attn.v_proj.weight)))
+        kv = kv.view(batch, length, -1, self.head_dim).transpose(1, 2)
+        k, v = kv.split((self.num_kv_heads, self.num_kv_heads), dim=1)
+        k = _rope(k, cos, sin)
+        q = attn.q_proj(h.index_select(0, rows)).view(batch, width, -1, self.head_dim).transpose(1, 2)
+        q = _rope(q, F.embedding(slots, cos)[:, None], F.embedding(slots, sin)[:, None])
+        causal = torch.arange(length, device=x.device) <= slots[..., None]  # [batch, width, length]
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal[:, None], scale=attn.scaling, enable_gqa=self.gqa
+        )
+        o = o.transpose(1, 2).reshape(batch * width, -1).index_select(0, valid)
+        kept = keep.flatten().nonzero().squeeze(1)  # the same tokens, in the same (row-major) order
+        x = x.flatten(0, 1).index_select(0, kept) + attn.o_proj(o)
+        return x + _mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm))
+
+
+def training_forward(model: Any, exact: bool = False) -> LlamaTrainingForward | None:
+    """The lean training forward for ``model``, or ``None`` when it is not a plain HF Llama.
+
+    ``exact``: keep transformers' order of operations, so losses and gradients are bitwise those
+    of the model's own forward (no fused q/k/v, no skipped positions); a little slower.
+    """
+    if not type(model).__module__.startswith("transformers."):  # no transformers import for others
+        return None
+    from transformers import LlamaForCausalLM
+
+    if type(model) is not LlamaForCausalLM:
+        return None
+    config = model.config
+    rope = getattr(config, "rope_parameters", None) or {"rope_type": "default"}
+    plain = (
+        rope.get("rope_type", "default") == "default"
+        and config.hidden_act == "silu"
+        and not config.attention_bias
+        and not config.mlp_bias
+        and getattr(config, "pretraining_tp", 1) == 1
+    )
+    return LlamaTrainingForward(model, exact=exact) if plain else None
+
+
+def _rms_norm(x: Tensor, norm: nn.Module) -> Tensor:
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding as transformers applies it (the two halves of each head rotated)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _mlp(mlp: nn.Module, x: Tensor) -> Tensor:
+    # (one gate/up product over concatenated weights measured no faster here)
+    return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
