@@ -35,7 +35,7 @@ class Perplexity:
 
     def __call__(self, parts: Components) -> dict[str, float]:
         examples, objective, collator = parts.eval_data, parts.objective, parts.collator
-        if len(examples) and "input_ids" not in examples[0]:
+        if len(examples) and "input_ids" not in examples[0] and "prompt_ids" in examples[0]:
             examples, objective, collator = _reference_answers(parts, self.max_examples)
         examples = examples[: self.max_examples] if self.max_examples else examples
         device = parts.strategy.device
