@@ -28,14 +28,14 @@ from toolbox.core.registries import COLLATORS
 from toolbox.data.base import Example
 
 
-@COLLATORS.register("preference")
-class PreferenceCollator:
-    """Chosen and rejected sequences of each pair in one batch (the preference trainer's input).
+class PromptCompletionRows:
+    """What the preference collators share: the pad token and rounding, and the packing of
+    (prompt ids, completion ids) rows into one right-padded batch.
 
     Args:
         tokenizer: the run's tokenizer (injected); its pad token fills the padding.
         pad_to_multiple_of: round the batch length up to a multiple of this (null: no rounding).
-        mismatched: add prompt i + chosen completion of pair i+1 rows (KTO's KL estimate).
+        mismatched: add KTO's mismatched rows (set by the preference trainer).
     """
 
     def __init__(
@@ -53,6 +53,32 @@ class PreferenceCollator:
         self.pad_id = tokenizer.pad_token_id
         self.pad_to_multiple_of = pad_to_multiple_of
         self.mismatched = mismatched
+
+    def pack(self, rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> dict[str, torch.Tensor]:
+        """``input_ids``, ``attention_mask`` and ``completion_mask`` (long ``[len(rows), L]``)."""
+        length = max(len(p) + len(c) for p, c in rows)
+        if self.pad_to_multiple_of:
+            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
+        completion_mask = torch.zeros((len(rows), length), dtype=torch.long)
+        for r, (prompt, completion) in enumerate(rows):
+            p, n = len(prompt), len(prompt) + len(completion)
+            input_ids[r, :n] = torch.as_tensor([*prompt, *completion], dtype=torch.long)
+            attention_mask[r, :n] = 1
+            completion_mask[r, p:n] = 1
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask}
+
+
+@COLLATORS.register("preference")
+class PreferenceCollator(PromptCompletionRows):
+    """Chosen and rejected sequences of each pair in one batch (the preference trainer's input).
+
+    Args:
+        tokenizer: the run's tokenizer (injected); its pad token fills the padding.
+        pad_to_multiple_of: round the batch length up to a multiple of this (null: no rounding).
+        mismatched: add prompt i + chosen completion of pair i+1 rows (KTO's KL estimate).
+    """
 
     def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor | int]:
         if not examples:
@@ -73,23 +99,7 @@ class PreferenceCollator:
         rows += [(ex["prompt_ids"], ex["rejected_ids"]) for ex in examples]
         if self.mismatched:
             rows += [(examples[i]["prompt_ids"], examples[(i + 1) % b]["chosen_ids"]) for i in range(b)]
-        length = max(len(p) + len(c) for p, c in rows)
-        if self.pad_to_multiple_of:
-            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        completion_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for r, (prompt, completion) in enumerate(rows):
-            p, n = len(prompt), len(prompt) + len(completion)
-            input_ids[r, :n] = torch.as_tensor([*prompt, *completion], dtype=torch.long)
-            attention_mask[r, :n] = 1
-            completion_mask[r, p:n] = 1
-        batch: dict[str, torch.Tensor | int] = {
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "completion_mask": completion_mask,
-            "num_pairs": b,
-        }
+        batch: dict[str, torch.Tensor | int] = {**self.pack(rows), "num_pairs": b}
         for key in ("ref_chosen_logps", "ref_rejected_logps"):
             if all(key in ex for ex in examples):
                 batch[key] = torch.tensor([float(ex[key]) for ex in examples], dtype=torch.float32)

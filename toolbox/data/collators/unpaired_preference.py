@@ -25,17 +25,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import PreTrainedTokenizerBase
 
-from toolbox.core.errors import ConfigError, DataError
+from toolbox.core.errors import DataError
 from toolbox.core.registries import COLLATORS
 from toolbox.data.base import Example
+from toolbox.data.collators.preference import PromptCompletionRows
 
 KEYS = ("prompt_ids", "completion_ids", "label")
 
 
 @COLLATORS.register("unpaired_preference")
-class UnpairedPreferenceCollator:
+class UnpairedPreferenceCollator(PromptCompletionRows):
     """Each example's row and (for KTO) its mismatched row in one batch (the preference trainer's input).
 
     Args:
@@ -43,22 +43,6 @@ class UnpairedPreferenceCollator:
         pad_to_multiple_of: round the batch length up to a multiple of this (null: no rounding).
         mismatched: add prompt i + completion of example i-1 rows (KTO's KL estimate).
     """
-
-    def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        pad_to_multiple_of: int | None = None,
-        mismatched: bool = False,
-    ) -> None:
-        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
-            raise ConfigError(
-                f"data.collator.pad_to_multiple_of: {pad_to_multiple_of}; set a positive integer or null."
-            )
-        if tokenizer.pad_token_id is None:
-            raise DataError("the tokenizer has no pad token; the pretrained tokenizer of toolbox adds one.")
-        self.pad_id = tokenizer.pad_token_id
-        self.pad_to_multiple_of = pad_to_multiple_of
-        self.mismatched = mismatched
 
     def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor | int]:
         if not examples:
@@ -85,21 +69,8 @@ class UnpairedPreferenceCollator:
         rows = [(ex["prompt_ids"], ex["completion_ids"]) for ex in examples]
         if self.mismatched:
             rows += [(examples[i]["prompt_ids"], examples[(i - 1) % b]["completion_ids"]) for i in range(b)]
-        length = max(len(p) + len(c) for p, c in rows)
-        if self.pad_to_multiple_of:
-            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        completion_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for r, (prompt, completion) in enumerate(rows):
-            p, n = len(prompt), len(prompt) + len(completion)
-            input_ids[r, :n] = torch.as_tensor([*prompt, *completion], dtype=torch.long)
-            attention_mask[r, :n] = 1
-            completion_mask[r, p:n] = 1
         batch: dict[str, torch.Tensor | int] = {
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "completion_mask": completion_mask,
+            **self.pack(rows),
             "label": torch.tensor([ex["label"] for ex in examples], dtype=torch.bool),
             "num_examples": b,
         }
