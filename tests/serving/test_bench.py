@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, free_port, running_vllm_server
+from conftest import REPO, free_port, make_bench_model, running_vllm_server
 from server_util import start_server
 
 from toolbox.serving.bench import (
@@ -117,39 +117,17 @@ def test_jsonl_dataset(our_server, model_dir, tmp_path):
     assert res["completed"] == 6 and res["total_output_tokens"] == 30
 
 
-# The load of the agreement test. A model of 4 layers of width 512 (13.7M parameters) decodes a
-# token in ~7 ms on one core here, so TPOT is a real per-token cost. On the 2-layer width-64 toy
-# model of the other tests a step takes ~2 ms, and on a busy machine vLLM's API server process is not
-# scheduled between steps: it sends a whole completion as one chunk, so that TTFT ~ E2EL and TPOT
-# ~ 0.1 ms of scheduling noise for any client (measured: vLLM's own and ours alike).
-BENCH_MODEL = {
-    "name": "tiny_llama",
-    "hidden_size": 512,
-    "num_layers": 4,
-    "num_heads": 8,
-    "intermediate_size": 1536,
-}
+# The load of the agreement test (on conftest.BENCH_MODEL).
 ROUNDS, NUM_PROMPTS, CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 7, 40, 4, 32, 64
-AGREEMENT = ("median_ttft_ms", "median_tpot_ms", "output_throughput")  # asserted within 15 %
-REPORTED = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms")  # printed beside them
+AGREEMENT = ("median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "output_throughput")  # within 15 %
+REPORTED = ("mean_ttft_ms", "mean_itl_ms", "mean_e2el_ms")  # printed beside them
 
 
 @pytest.fixture(scope="module")
 def bench_vllm_server(tmp_path_factory, tokenizer):
     """A vLLM server of its own serving the larger ``BENCH_MODEL``; yields (its /v1 URL, the model
     folder)."""
-    import torch
-
-    from toolbox.core.registries import MODELS
-
-    torch.manual_seed(0)
-    model = MODELS.build(
-        BENCH_MODEL,
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    model = make_bench_model(tokenizer)
     path = tmp_path_factory.mktemp("bench_model")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -160,8 +138,8 @@ def bench_vllm_server(tmp_path_factory, tokenizer):
 @pytest.mark.slow
 def test_agrees_with_vllm_bench_serve(bench_vllm_server, run_in_vllm_env, tmp_path):
     """Our ``toolbox bench serve`` and vLLM's own ``vllm bench serve`` agree within 15 % on TTFT
-    (median over requests), TPOT (median over requests) and output token throughput, measuring the
-    same vLLM server under the same load. Means of TTFT, TPOT, ITL and E2EL are printed beside them.
+    (median over requests), TPOT (mean and median over requests) and output token throughput,
+    measuring the same vLLM server under the same load. Mean TTFT, ITL and E2EL are printed beside them.
 
     The same load: both read one JSONL file of 40 prompts (32 tokens with the BOS, random non-special
     ids) in file order (vLLM: ``--dataset-name custom --skip-chat-template --disable-shuffle
@@ -174,11 +152,15 @@ def test_agrees_with_vllm_bench_serve(bench_vllm_server, run_in_vllm_env, tmp_pa
     ``test_metric_definitions_match_vllm``), so what is compared here is the measurement.
 
     A shared, busy machine: after one unmeasured run of each tool, 7 rounds, each one run of each
-    tool back to back, in alternating order (ours first, then vLLM first, ...). A metric's agreement is the median over the rounds of the
-    ratio ours / vLLM within a round, so slow drift of the machine's load (which moves both runs of a
-    round alike) cancels and one disturbed run cannot decide the outcome. Within a run, the machine
-    stalls now and then for 100-500 ms (other processes; seen alike by both clients): one such stall
-    moves a 40-request mean TTFT by 10-25 %, the median hardly, hence the medians.
+    tool back to back, in alternating order (ours first, then vLLM first, ...). A metric's agreement
+    is the median over the rounds of the ratio ours / vLLM within a round, so slow drift of the
+    machine's load (which moves both runs of a round alike) cancels and one disturbed run cannot
+    decide the outcome. Why mean TTFT is not asserted: the machine stalls now and then for 100-800 ms,
+    and a stall delays the first token of every request in flight (the per-request TTFTs of both
+    clients show groups of 3-4 requests delayed by the same few hundred ms). 0-3 such stalls fall in
+    a 40-request run, so its mean TTFT moves by up to 2x from run to run for either client (ratios
+    ours/vLLM within a round measured 0.20-2.37, median over 7 rounds 0.68), while the median TTFT,
+    and TPOT (a stall is spread over a request's 32-96 tokens), stay within a few per cent.
     """
     from transformers import AutoTokenizer
 

@@ -153,7 +153,11 @@ class _State:
         self.draining = False
 
 
-def _token_text(tokenizer: Any, token_id: int) -> str:
+def _token_text(tokenizer: Any, token_id: int, as_id: bool = False) -> str:
+    """A token's name in a logprobs object: its text, or with ``as_id`` (vLLM's
+    ``return_tokens_as_token_ids``) ``"token_id:{id}"``."""
+    if as_id:
+        return f"token_id:{token_id}"
     try:
         return tokenizer.decode([token_id])
     except Exception:
@@ -347,18 +351,20 @@ def _completion_logprobs(
     logprobs: Sequence[float],
     tops: Sequence[dict[int, float]] | None,
     offset: int,
+    as_ids: bool = False,
 ) -> dict[str, Any]:
     """The completions API's ``logprobs`` object. ``top_logprobs[i]`` maps the text of the ``logprobs``
     most likely tokens (most likely first) and of the chosen token to their log-probs, as OpenAI and
-    vLLM do (k or k + 1 entries; only the chosen token with ``logprobs: 0``)."""
-    tokens = [_token_text(tokenizer, t) for t in token_ids]
+    vLLM do (k or k + 1 entries; only the chosen token with ``logprobs: 0``). With ``as_ids`` every
+    token is named ``"token_id:{id}"``, and the text offsets count those names, as vLLM's do."""
+    tokens = [_token_text(tokenizer, t, as_ids) for t in token_ids]
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
         pos += len(t)
     top_logprobs = []
     for i, (t, lp) in enumerate(zip(tokens, logprobs, strict=False)):
-        entry = {_token_text(tokenizer, tid): _lp(v) for tid, v in (tops[i] if tops else {}).items()}
+        entry = {_token_text(tokenizer, tid, as_ids): _lp(v) for tid, v in (tops[i] if tops else {}).items()}
         entry.setdefault(t, _lp(lp))
         top_logprobs.append(entry)
     return {
@@ -374,18 +380,22 @@ def _chat_logprobs(
     token_ids: Sequence[int],
     logprobs: Sequence[float],
     tops: Sequence[dict[int, float]] | None,
+    as_ids: bool = False,
 ) -> dict[str, Any]:
     """The chat API's ``logprobs`` object: per token its text, log-prob and bytes, and in
-    ``top_logprobs`` the ``top_logprobs`` most likely tokens of that step, most likely first."""
+    ``top_logprobs`` the ``top_logprobs`` most likely tokens of that step, most likely first. With
+    ``as_ids`` every ``token`` is ``"token_id:{id}"``; as in vLLM, the bytes of a generated token stay
+    those of its text, and an alternative's are those of its ``token_id:`` name."""
 
-    def entry(token_id: int, logprob: float) -> dict[str, Any]:
-        text = _token_text(tokenizer, token_id)
-        return {"token": text, "logprob": _lp(logprob), "bytes": list(text.encode())}
+    def entry(token_id: int, logprob: float, text_bytes: bool) -> dict[str, Any]:
+        name = _token_text(tokenizer, token_id, as_ids)
+        text = _token_text(tokenizer, token_id) if text_bytes else name
+        return {"token": name, "logprob": _lp(logprob), "bytes": list(text.encode())}
 
     content = []
     for i, (t, lp) in enumerate(zip(token_ids, logprobs, strict=False)):
-        top = [entry(tid, v) for tid, v in (tops[i] if tops else {}).items()]
-        content.append({**entry(t, lp), "top_logprobs": top})
+        top = [entry(tid, v, False) for tid, v in (tops[i] if tops else {}).items()]
+        content.append({**entry(t, lp, True), "top_logprobs": top})
     return {"content": content}
 
 
@@ -440,6 +450,7 @@ async def _whole(state, kind, body, request, handles, prompts, params, rid, t0) 
     finally:
         state.metrics.in_flight -= 1
     tok = state.engine.tokenizer
+    as_ids = body.return_tokens_as_token_ids
     choices, n_prompt, n_completion = [], 0, 0
     for p, out in enumerate(outputs):
         n_prompt += len(prompts[p])
@@ -450,7 +461,7 @@ async def _whole(state, kind, body, request, handles, prompts, params, rid, t0) 
                 choice: dict[str, Any] = {
                     "index": index,
                     "message": {"role": "assistant", "content": c.text},
-                    "logprobs": _chat_logprobs(tok, c.token_ids, c.logprobs or [], c.top_logprobs)
+                    "logprobs": _chat_logprobs(tok, c.token_ids, c.logprobs or [], c.top_logprobs, as_ids)
                     if params.logprobs
                     else None,
                     "finish_reason": c.finish_reason,
@@ -459,30 +470,37 @@ async def _whole(state, kind, body, request, handles, prompts, params, rid, t0) 
                 choice = {
                     "index": index,
                     "text": c.text,
-                    "logprobs": _completion_logprobs(tok, c.token_ids, c.logprobs or [], c.top_logprobs, 0)
+                    "logprobs": _completion_logprobs(
+                        tok, c.token_ids, c.logprobs or [], c.top_logprobs, 0, as_ids
+                    )
                     if params.logprobs
                     else None,
                     "finish_reason": c.finish_reason,
                 }
+                if body.return_token_ids:
+                    choice["prompt_token_ids"] = prompts[p]
+            if body.return_token_ids:
+                choice["token_ids"] = list(c.token_ids)
             choices.append(choice)
     e2e = time.perf_counter() - t0
     state.metrics.tokens(n_prompt, n_completion)
     state.metrics.latency(None, e2e, n_completion)
     state.metrics.request_done(endpoint, 200)
-    return JSONResponse(
-        {
-            "id": rid,
-            "object": "chat.completion" if kind == "chat" else "text_completion",
-            "created": int(time.time()),
-            "model": state.model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": n_prompt,
-                "completion_tokens": n_completion,
-                "total_tokens": n_prompt + n_completion,
-            },
-        }
-    )
+    response: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion" if kind == "chat" else "text_completion",
+        "created": int(time.time()),
+        "model": state.model_name,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n_completion,
+            "total_tokens": n_prompt + n_completion,
+        },
+    }
+    if kind == "chat" and body.return_token_ids:
+        response["prompt_token_ids"] = prompts[0]
+    return JSONResponse(response)
 
 
 async def _merge(handles: list[Any]) -> AsyncIterator[tuple[int, StreamDelta]]:
@@ -540,11 +558,13 @@ async def _stream(state, kind, body, request, handles, prompts, params, rid, t0)
     created = int(time.time())
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
     tok = state.engine.tokenizer
+    as_ids = body.return_tokens_as_token_ids
     first: float | None = None
     n_completion = 0
     n_prompt = sum(len(p) for p in prompts)
     started: set[int] = set()
     text_offsets: dict[int, int] = {}  # completions with logprobs: the text offset of each choice
+    ids_sent: set[int] = set()  # return_token_ids: the choices whose prompt ids went out
     finished = False
     status = 200
     state.metrics.in_flight += 1
@@ -565,7 +585,7 @@ async def _stream(state, kind, body, request, handles, prompts, params, rid, t0)
                 choice: dict[str, Any] = {
                     "index": index,
                     "delta": d,
-                    "logprobs": _chat_logprobs(tok, delta.token_ids, lp, delta.top_logprobs)
+                    "logprobs": _chat_logprobs(tok, delta.token_ids, lp, delta.top_logprobs, as_ids)
                     if lp is not None
                     else None,
                     "finish_reason": delta.finish_reason,
@@ -575,17 +595,22 @@ async def _stream(state, kind, body, request, handles, prompts, params, rid, t0)
                     "index": index,
                     "text": delta.text,
                     "logprobs": _completion_logprobs(
-                        tok, delta.token_ids, lp, delta.top_logprobs, text_offsets.get(index, 0)
+                        tok, delta.token_ids, lp, delta.top_logprobs, text_offsets.get(index, 0), as_ids
                     )
                     if lp is not None
                     else None,
                     "finish_reason": delta.finish_reason,
                 }
             if lp is not None and kind != "chat":
-                step = sum(len(_token_text(tok, t)) for t in delta.token_ids)
+                step = sum(len(_token_text(tok, t, as_ids)) for t in delta.token_ids)
                 text_offsets[index] = text_offsets.get(index, 0) + step
             chunk: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": state.model_name}
             chunk["choices"] = [choice]
+            if body.return_token_ids:  # vLLM's: the prompt's ids in a choice's first chunk
+                choice["token_ids"] = list(delta.token_ids)
+                if index not in ids_sent:
+                    ids_sent.add(index)
+                    (chunk if kind == "chat" else choice)["prompt_token_ids"] = prompts[p]
             if include_usage:
                 chunk["usage"] = None
             yield _sse(chunk)

@@ -2,7 +2,7 @@
 
 Validation errors become 400 responses with an OpenAI-style body (see ``server.py``). Unknown fields
 are ignored, as OpenAI and vLLM do; vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``,
-``ignore_eos``, ``stop_token_ids``) are accepted.
+``ignore_eos``, ``stop_token_ids``, ``return_tokens_as_token_ids``, ``return_token_ids``) are accepted.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ class _Sampling(BaseModel):
     stop: str | Annotated[list[str], Field(max_length=16)] | None = None
     stop_token_ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=64)] | None = None
     ignore_eos: bool = False
+    # vLLM's: name every token of the logprobs objects "token_id:{id}" rather than by its text
+    return_tokens_as_token_ids: bool = False
+    # vLLM's: the generated ids in every choice (and chunk), the prompt's ids beside them
+    return_token_ids: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None

@@ -10,6 +10,19 @@ beyond it (top_k, min_p, repetition_penalty, stop_token_ids, ignore_eos) and ``r
 (the generated ids, not only text) are vLLM/SGLang extensions, sent when ``extensions`` is on; with
 it off, a non-default extension parameter is an error, and token ids come from re-tokenizing the
 text with the local tokenizer (if one is given).
+
+Top-k log-probs (``params.top_logprobs = k > 0``, with ``logprobs``) are asked for as the APIs name
+them: completions ``"logprobs": k`` (OpenAI allows at most 5, vLLM up to its ``--max-logprobs``; a
+server's refusal comes back as ``RemoteError``), chat ``"logprobs": true, "top_logprobs": k``. The
+answer names tokens by their text; with ``extensions`` on the request also carries vLLM's
+``"return_tokens_as_token_ids": true``, so that they come back as ``"token_id:N"``, and without it
+(or from a server that ignores it) each text is mapped to the one id the local tokenizer encodes it
+to (an error naming the token where there is no tokenizer or it gives not exactly one id). A step's
+alternatives are sorted most likely first and cut to k: the completions API adds the chosen token
+to them when it is not among the k, and vLLM lists the chosen token first. (vLLM 0.32's chat answer
+holds the chosen token and only k - 1 others, so where sampling chose a token outside the k most
+likely, the k-th is missing there and the chosen one takes its place: with ``extensions`` on, chat
+asks for k + 1, up to 20, and keeps the best k.)
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from toolbox.serving.engine import (
 )
 from toolbox.serving.sampling import check_params
 
+MAX_CHAT_TOP_LOGPROBS = 20  # the chat API's (OpenAI's, vLLM's and ours) largest top_logprobs
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
@@ -79,7 +93,8 @@ class HTTPEngine(InferenceEngine):
         max_retry_delay: upper bound on one wait between attempts.
         max_concurrency: requests in flight at once in ``generate``.
         extensions: send vLLM/SGLang's extra parameters (top_k, min_p, repetition_penalty,
-            stop_token_ids, ignore_eos, return_token_ids).
+            stop_token_ids, ignore_eos, return_token_ids, and return_tokens_as_token_ids with
+            top_logprobs).
     """
 
     def __init__(
@@ -113,6 +128,7 @@ class HTTPEngine(InferenceEngine):
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=self._timeout, headers=self._headers)
         self._model_name = model_name
+        self._text_ids: dict[str, list[int]] = {}  # token text -> its ids (top_logprobs without extensions)
         self._retry = retry(
             attempts=self.max_retries,
             base_delay=retry_delay,
@@ -185,23 +201,85 @@ class HTTPEngine(InferenceEngine):
             body["return_token_ids"] = True
         return body
 
+    def _logprobs_fields(self, body: dict[str, Any], params: SamplingParams, chat: bool) -> None:
+        """Ask for the chosen tokens' log-probs and, with ``params.top_logprobs``, the top k."""
+        if not params.logprobs:
+            return
+        k = params.top_logprobs
+        if k and not self.extensions and self.tokenizer is None:
+            raise ValueError(
+                "top_logprobs through the http engine without extensions needs the model's tokenizer "
+                "(engine.path) to map the tokens the server names to ids; or build it with "
+                "extensions=true (vLLM then answers token ids)"
+            )
+        if chat:
+            body["logprobs"] = True
+            if k:  # one more from vLLM, whose chat answer may hold only k - 1 besides the chosen one
+                body["top_logprobs"] = min(k + 1, MAX_CHAT_TOP_LOGPROBS) if self.extensions else k
+        else:
+            body["logprobs"] = k if k else (0 if self.extensions else 1)
+        if k and self.extensions:
+            body["return_tokens_as_token_ids"] = True
+
+    def _token_id(self, token: str) -> int:
+        """The id of a token the server named: ``token_id:N`` (vLLM's extension), else its text."""
+        if self.extensions and token.startswith("token_id:") and token[9:].isdigit():
+            return int(token[9:])
+        ids = self._text_ids.get(token)
+        if ids is None:
+            if self.tokenizer is None:
+                raise EngineError(
+                    f"the server named the token {token!r} by its text, and the http engine has no "
+                    "tokenizer to map it to an id; set engine.path, or use extensions=true with a server "
+                    "that honours return_tokens_as_token_ids (vLLM)"
+                )
+            ids = self._text_ids[token] = list(self.tokenizer(token, add_special_tokens=False)["input_ids"])
+        if len(ids) != 1:
+            raise EngineError(
+                f"the server named the token {token!r} by its text, and the local tokenizer encodes it "
+                f"to {len(ids)} ids {ids}, not one; build the http engine with extensions=true (vLLM "
+                "then answers token ids)"
+            )
+        return ids[0]
+
+    def _top(self, pairs: Any, k: int) -> dict[int, float]:
+        """(token, logprob) pairs of one step -> the k most likely ids -> logprob, most likely first."""
+        ranked = sorted(((self._token_id(t), float(v)) for t, v in pairs), key=lambda p: -p[1])
+        top: dict[int, float] = {}
+        for token_id, logprob in ranked:
+            if len(top) < k:
+                top.setdefault(token_id, logprob)  # two texts of one id: keep the likelier
+        return top
+
+    def _top_logprobs(self, lp: dict[str, Any], k: int, chat: bool) -> list[dict[int, float]]:
+        """``Completion.top_logprobs`` from an answer's ``logprobs`` object."""
+        if chat:
+            return [
+                self._top(((a["token"], a["logprob"]) for a in entry.get("top_logprobs") or []), k)
+                for entry in lp.get("content") or []
+            ]
+        return [self._top((step or {}).items(), k) for step in lp.get("top_logprobs") or []]
+
     def _completion(self, choice: dict[str, Any], params: SamplingParams, chat: bool) -> Completion:
         text = (choice["message"].get("content") or "") if chat else choice.get("text", "")
         ids = choice.get("token_ids")
         if ids is None:
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if self.tokenizer else []
-        logprobs = None
+        logprobs = top_logprobs = None
         if params.logprobs and choice.get("logprobs"):
             lp = choice["logprobs"]
             if chat:
                 logprobs = [float(entry["logprob"]) for entry in lp.get("content") or []]
             else:
                 logprobs = [float(x) for x in lp.get("token_logprobs") or []]
+            if params.top_logprobs:
+                top_logprobs = self._top_logprobs(lp, params.top_logprobs, chat)
         return Completion(
             token_ids=[int(t) for t in ids],
             text=text,
             finish_reason=choice.get("finish_reason") or "length",
             logprobs=logprobs,
+            top_logprobs=top_logprobs,
         )
 
     def _output(
@@ -224,8 +302,7 @@ class HTTPEngine(InferenceEngine):
         sent, ids = self._prompt(prompt)
         body = self._body(params)
         body["prompt"] = sent
-        if params.logprobs:
-            body["logprobs"] = 0 if self.extensions else 1
+        self._logprobs_fields(body, params, chat=False)
         return body, ids
 
     # the interface -------------------------------------------------------------------------------
@@ -250,8 +327,7 @@ class HTTPEngine(InferenceEngine):
         def one(messages: list[dict[str, str]]) -> RequestOutput:
             body = self._body(params)
             body["messages"] = messages
-            if params.logprobs:
-                body["logprobs"] = True
+            self._logprobs_fields(body, params, chat=True)
             return self._output(self._request("POST", "/chat/completions", body), [], params, chat=True)
 
         self.model_name  # noqa: B018
@@ -325,15 +401,18 @@ class HTTPEngine(InferenceEngine):
                         if self.tokenizer
                         else []
                     )
-                logprobs = None
+                logprobs = top_logprobs = None
                 if params.logprobs and choice.get("logprobs"):
                     logprobs = [float(x) for x in choice["logprobs"].get("token_logprobs") or []]
+                    if params.top_logprobs:
+                        top_logprobs = self._top_logprobs(choice["logprobs"], params.top_logprobs, chat=False)
                 yield StreamDelta(
                     int(choice.get("index", 0)),
                     [int(t) for t in ids],
                     text,
                     choice.get("finish_reason"),
                     logprobs,
+                    top_logprobs,
                 )
 
     def _delay(self, attempt: int) -> float:
