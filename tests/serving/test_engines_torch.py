@@ -308,6 +308,42 @@ def test_built_from_a_saved_folder_and_config_errors(model_dir, engine, tokenize
         ENGINES.build({"name": "torch"})
 
 
+def test_onednn_projections_equal_torch_linear_within_rounding(engine_for, model, tokenizer):
+    """``linear=auto`` (oneDNN, reordered weights) on this CPU; ``linear=torch`` is ``F.linear``: the
+    same greedy tokens, log-probs within float rounding; float16 has no oneDNN path here."""
+    onednn, plain = engine_for(model, tokenizer), engine_for(model, tokenizer, linear="torch")
+    assert onednn.runner.onednn and not plain.runner.onednn
+    params = greedy(24, logprobs=True)
+    a, b = onednn.generate(PROMPTS, params), plain.generate(PROMPTS, params)
+    for x, y in zip(a, b, strict=True):
+        assert x.completions[0].token_ids == y.completions[0].token_ids
+        torch.testing.assert_close(x.completions[0].logprobs, y.completions[0].logprobs, atol=1e-5, rtol=0)
+    with pytest.raises(ConfigError, match="engine.linear=onednn needs a CPU model in float32 or bfloat16"):
+        engine_for(copy.deepcopy(model).half(), tokenizer, linear="onednn")
+    assert not engine_for(copy.deepcopy(model).half(), tokenizer).runner.onednn  # auto: F.linear
+
+
+def test_prefill_threads_apply_to_prefill_steps_only(engine_for, model, tokenizer, monkeypatch):
+    """``prefill_threads=2`` with one decoding thread: the prefill forward runs with 2 intra-op
+    threads, every decode step with 1, and the output is the same as with one thread throughout."""
+    plain = engine_for(model, tokenizer).generate(PROMPTS, greedy(12))
+    engine = engine_for(model, tokenizer, prefill_threads=2)
+    seen: dict[str, set[int]] = {"prefill": set(), "decode": set()}
+    runner = engine.runner
+    for name in seen:
+        original = getattr(runner, name)
+
+        def spy(*args, _name=name, _original=original, **kwargs):
+            seen[_name].add(torch.get_num_threads())
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(runner, name, spy)
+    assert engine.generate(PROMPTS, greedy(12)) == plain  # one_torch_thread: decoding with 1
+    assert seen == {"prefill": {2}, "decode": {1}}
+    with pytest.raises(ConfigError, match="prefill_threads must be >= 1"):
+        engine_for(model, tokenizer, prefill_threads=0)
+
+
 def test_unsupported_architectures_point_to_the_hf_engine(tokenizer):
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -10,6 +10,12 @@ The forward reuses the model's own modules (embedding, norms, projections, rotar
 head), so the numbers are the model's, and only orchestrates them around the cache, skipping
 transformers' per-call machinery (mask building, cache objects, output classes). Families with the
 Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k norms).
+
+On a CPU the projections run through oneDNN with weights reordered once into its blocked layout
+(``linear="auto"``), as vLLM's CPU backend does: 1.2-1.9x faster than ``F.linear`` (MKL) at the
+row counts of decoding (measured here, one thread, 512-wide layers), equal to it within float
+rounding (~1e-6 relative). The reordered copies are rebuilt with the other cached weights when the
+parameters change.
 """
 
 from __future__ import annotations
@@ -33,9 +39,18 @@ class SlotRunner:
         max_model_len: longest sequence (prompt + completion) a slot holds.
         initial_capacity: positions allocated per slot at first; doubled on demand up to
             ``max_model_len``, so short requests do not pay for the longest.
+        linear: "auto" (oneDNN with reordered weights on a CPU where torch has it, for float32 and
+            bfloat16; else ``F.linear``), "onednn" (that, or an error) or "torch" (``F.linear``).
     """
 
-    def __init__(self, model: Any, max_slots: int, max_model_len: int, initial_capacity: int = 128) -> None:
+    def __init__(
+        self,
+        model: Any,
+        max_slots: int,
+        max_model_len: int,
+        initial_capacity: int = 128,
+        linear: str = "auto",
+    ) -> None:
         config = model.config
         model_type = getattr(config, "model_type", None)
         if model_type not in SUPPORTED or not hasattr(model, "model") or not hasattr(model.model, "layers"):
@@ -62,6 +77,18 @@ class SlotRunner:
         self.max_model_len = max_model_len
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
+        onednn = _onednn_usable(self.device, self.dtype)
+        if linear not in ("auto", "onednn", "torch"):
+            raise ConfigError(f"engine.linear={linear!r}: use auto, onednn or torch")
+        if linear == "onednn" and not onednn:
+            raise ConfigError(
+                f"engine.linear=onednn needs a CPU model in float32 or bfloat16 and a torch built with "
+                f"oneDNN (this one: device {self.device}, {self.dtype}, oneDNN "
+                f"{torch.backends.mkldnn.is_available()}); use engine.linear=auto"
+            )
+        self.onednn = onednn and linear != "torch"
+        self._linear = _onednn_linear if self.onednn else F.linear
+        self._pack = _onednn_pack if self.onednn else _keep
         self.capacity = 0
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
@@ -134,12 +161,16 @@ class SlotRunner:
         version = sum(p._version for p in self._sources)
         if self._cached is None or version != self._version:
             self._cached, self._version = (
-                [_Layer.of(layer, self._fast_norm) for layer in self.layers],
+                [_Layer.of(layer, self._fast_norm, self._pack) for layer in self.layers],
                 version,
             )
             self._final_norm = _norm_of(self.inner.norm, self._fast_norm)
             head = self.model.lm_head
-            self._head = (self.inner.embed_tokens.weight, head.weight, getattr(head, "bias", None))
+            self._head = (
+                self.inner.embed_tokens.weight,
+                self._pack(head.weight),
+                getattr(head, "bias", None),
+            )
         return self._cached
 
     def refresh(self) -> None:
@@ -169,7 +200,8 @@ class SlotRunner:
         """One decoder layer; ``attend(i, q, k, v)`` stores k/v in the cache and returns attention."""
         b, t = x.shape[:2]
         nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = F.linear(_apply_norm(w.norm1, x), w.w_qkv, w.b_qkv).view(b, t, nh + 2 * nkv, d)
+        linear = self._linear
+        qkv = linear(_apply_norm(w.norm1, x), w.w_qkv, w.b_qkv).view(b, t, nh + 2 * nkv, d)
         v = qkv[:, :, nh + nkv :].transpose(1, 2)
         if w.q_norm is not None:
             qk = torch.cat((w.q_norm(qkv[:, :, :nh]), w.k_norm(qkv[:, :, nh : nh + nkv])), 2)
@@ -179,13 +211,13 @@ class SlotRunner:
         swapped = qk.reshape(b, nh + nkv, t, 2, d // 2).flip(-2).reshape(b, nh + nkv, t, d)
         qk = qk * cos + swapped * sin
         o = attend(i, qk[:, :nh], qk[:, nh:], v)
-        x = x + F.linear(o.transpose(1, 2).reshape(b, t, nh * d), w.w_o, w.b_o)
-        gate, up = F.linear(_apply_norm(w.norm2, x), w.w_gu, w.b_gu).chunk(2, dim=-1)
-        return x + F.linear(self._act(gate) * up, w.w_down, w.b_down)
+        x = x + linear(o.transpose(1, 2).reshape(b, t, nh * d), w.w_o, w.b_o)
+        gate, up = linear(_apply_norm(w.norm2, x), w.w_gu, w.b_gu).chunk(2, dim=-1)
+        return x + linear(self._act(gate) * up, w.w_down, w.b_down)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         _, head, bias = self._head
-        return F.linear(_apply_norm(self._final_norm, x), head, bias)
+        return self._linear(_apply_norm(self._final_norm, x), head, bias)
 
     def prefill(self, slots: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Run the prompts (right-padded into one batch) into ``slots``; the last position's logits."""
@@ -256,6 +288,28 @@ class SlotRunner:
         return self._logits(x[:, 0])
 
 
+def _onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:
+    return (
+        device.type == "cpu"
+        and dtype in (torch.float32, torch.bfloat16)
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+def _onednn_pack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` ``[out, in]`` reordered for oneDNN's matmul (an opaque mkldnn tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _keep(weight: torch.Tensor) -> torch.Tensor:
+    return weight
+
+
 def _norm_of(module: Any, fast: bool) -> Any:
     """``(weight, eps)`` for ``F.rms_norm`` (bit-identical to the Llama RMSNorm in float32), else the module."""
     return (module.weight, module.variance_epsilon) if fast else module
@@ -286,17 +340,18 @@ class _Layer:
     )
 
     @classmethod
-    def of(cls, layer: Any, fast_norm: bool) -> _Layer:
+    def of(cls, layer: Any, fast_norm: bool, pack: Any) -> _Layer:
+        """The layer's tensors; ``pack`` prepares each projection weight for the runner's linear."""
         a, m = layer.self_attn, layer.mlp
         w = cls()
         w.norm1 = _norm_of(layer.input_layernorm, fast_norm)
         w.norm2 = _norm_of(layer.post_attention_layernorm, fast_norm)
-        w.w_qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+        w.w_qkv = pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
         w.b_qkv = None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
         w.q_norm = getattr(a, "q_norm", None)
         w.k_norm = getattr(a, "k_norm", None)
-        w.w_o, w.b_o = a.o_proj.weight, a.o_proj.bias
-        w.w_gu = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+        w.w_o, w.b_o = pack(a.o_proj.weight), a.o_proj.bias
+        w.w_gu = pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
         w.b_gu = None if m.gate_proj.bias is None else torch.cat([m.gate_proj.bias, m.up_proj.bias])
-        w.w_down, w.b_down = m.down_proj.weight, m.down_proj.bias
+        w.w_down, w.b_down = pack(m.down_proj.weight), m.down_proj.bias
         return w

@@ -203,6 +203,7 @@ class ContinuousBatcher:
         logprobs_mode: "raw" (log_softmax of the model's logits, as vLLM) or "processed" (of the
             logits after penalty, temperature and top-k/top-p/min-p).
         seed: seeds the generator of requests that carry no seed of their own.
+        prefill_threads: torch intra-op threads for prefill steps (None: the process's setting).
     """
 
     def __init__(
@@ -215,6 +216,7 @@ class ContinuousBatcher:
         max_prefill_tokens: int,
         logprobs_mode: str = "raw",
         seed: int = 0,
+        prefill_threads: int | None = None,
     ) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
@@ -223,6 +225,7 @@ class ContinuousBatcher:
         self.max_queue_size = max_queue_size
         self.max_prefill_tokens = max_prefill_tokens
         self.logprobs_mode = logprobs_mode
+        self.prefill_threads = prefill_threads
         self.generator = torch.Generator(device=runner.device)
         self.generator.manual_seed(seed)
         self.step_lock = threading.RLock()  # held while the model runs; update_weights takes it
@@ -339,7 +342,7 @@ class ContinuousBatcher:
                     with self.step_lock:
                         self._drop(aborts)
                         if admitted:
-                            self._prefill(admitted)
+                            self._prefill_with_threads(admitted)
                             self._retire()
                         if self._running:
                             self._decode()
@@ -434,6 +437,17 @@ class ContinuousBatcher:
         self._running.extend(seqs)
         self._tensors = None
         self._sample_and_append(logits, seqs, tensors, decoded=False)
+
+    def _prefill_with_threads(self, admitted: list[_Request]) -> None:
+        threads = torch.get_num_threads()
+        if self.prefill_threads is None or self.prefill_threads == threads:
+            self._prefill(admitted)
+            return
+        torch.set_num_threads(self.prefill_threads)
+        try:
+            self._prefill(admitted)
+        finally:
+            torch.set_num_threads(threads)
 
     def _decode(self) -> None:
         seqs = self._running
