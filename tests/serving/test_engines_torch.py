@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from conftest import make_bench_model
 
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ENGINES
@@ -309,10 +310,15 @@ def test_built_from_a_saved_folder_and_config_errors(model_dir, engine, tokenize
 
 
 def test_onednn_projections_equal_torch_linear_within_rounding(engine_for, model, tokenizer):
-    """``linear=auto`` (oneDNN, reordered weights) on this CPU; ``linear=torch`` is ``F.linear``: the
-    same greedy tokens, log-probs within float rounding; float16 has no oneDNN path here."""
-    onednn, plain = engine_for(model, tokenizer), engine_for(model, tokenizer, linear="torch")
+    """``linear=onednn`` (reordered weights) on this CPU; ``linear=torch`` is ``F.linear``: the
+    same greedy tokens, log-probs within float rounding; float16 has no oneDNN path here. ``auto``
+    takes oneDNN for models at least 384 wide only (the 64-wide test model: F.linear)."""
+    onednn, plain = (
+        engine_for(model, tokenizer, linear="onednn"),
+        engine_for(model, tokenizer, linear="torch"),
+    )
     assert onednn.runner.onednn and not plain.runner.onednn
+    assert not engine_for(model, tokenizer).runner.onednn
     params = greedy(24, logprobs=True)
     a, b = onednn.generate(PROMPTS, params), plain.generate(PROMPTS, params)
     for x, y in zip(a, b, strict=True):
@@ -320,7 +326,7 @@ def test_onednn_projections_equal_torch_linear_within_rounding(engine_for, model
         torch.testing.assert_close(x.completions[0].logprobs, y.completions[0].logprobs, atol=1e-5, rtol=0)
     with pytest.raises(ConfigError, match="engine.linear=onednn needs a CPU model in float32 or bfloat16"):
         engine_for(copy.deepcopy(model).half(), tokenizer, linear="onednn")
-    assert not engine_for(copy.deepcopy(model).half(), tokenizer).runner.onednn  # auto: F.linear
+    assert engine_for(make_bench_model(tokenizer), tokenizer).runner.onednn  # 512 wide
 
 
 def test_prefill_threads_apply_to_prefill_steps_only(engine_for, model, tokenizer, monkeypatch):

@@ -12,9 +12,9 @@ transformers' per-call machinery (mask building, cache objects, output classes).
 Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k norms).
 
 On a CPU the projections run through oneDNN with weights reordered once into its blocked layout
-(``linear="auto"``), as vLLM's CPU backend does: 1.2-1.9x faster than ``F.linear`` (MKL) at the
-row counts of decoding (measured here, one thread, 512-wide layers), equal to it within float
-rounding (~1e-6 relative). The reordered copies are rebuilt with the other cached weights when the
+(``linear="auto"``, for models at least ``ONEDNN_MIN_WIDTH`` wide), as vLLM's CPU backend does:
+1.2-1.9x faster than ``F.linear`` (MKL) at the row counts of decoding (measured here, one thread,
+512-wide layers), equal to it within float rounding (~1e-6 relative). The reordered copies are rebuilt with the other cached weights when the
 parameters change.
 """
 
@@ -28,6 +28,9 @@ import torch.nn.functional as F
 from toolbox.core.errors import ConfigError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+# below this hidden size oneDNN's ~12 us per call outweighs its faster kernel (measured here: equal
+# at 384 for one row, 1.6x faster for 8 rows at 512, 5x slower at 64)
+ONEDNN_MIN_WIDTH = 384
 
 
 class SlotRunner:
@@ -40,7 +43,7 @@ class SlotRunner:
         initial_capacity: positions allocated per slot at first; doubled on demand up to
             ``max_model_len``, so short requests do not pay for the longest.
         linear: "auto" (oneDNN with reordered weights on a CPU where torch has it, for float32 and
-            bfloat16; else ``F.linear``), "onednn" (that, or an error) or "torch" (``F.linear``).
+            bfloat16 models at least ``ONEDNN_MIN_WIDTH`` wide; else ``F.linear``), "onednn" (that, or an error) or "torch" (``F.linear``).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class SlotRunner:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         onednn = _onednn_usable(self.device, self.dtype)
+        wide = int(config.hidden_size) >= ONEDNN_MIN_WIDTH
         if linear not in ("auto", "onednn", "torch"):
             raise ConfigError(f"engine.linear={linear!r}: use auto, onednn or torch")
         if linear == "onednn" and not onednn:
@@ -86,7 +90,7 @@ class SlotRunner:
                 f"oneDNN (this one: device {self.device}, {self.dtype}, oneDNN "
                 f"{torch.backends.mkldnn.is_available()}); use engine.linear=auto"
             )
-        self.onednn = onednn and linear != "torch"
+        self.onednn = onednn and (linear == "onednn" or (linear == "auto" and wide))
         self._linear = _onednn_linear if self.onednn else F.linear
         self._pack = _onednn_pack if self.onednn else _keep
         self.capacity = 0

@@ -61,7 +61,8 @@ class TorchEngine(InferenceEngine):
             all cores halves time to first token (measured here: 2 cores, 40 x 32 prompt tokens
             in 194 ms instead of 438 ms).
         linear: the projections' matmul: "auto" (oneDNN with reordered weights on a CPU, for
-            float32/bfloat16, as vLLM's CPU backend; else torch's), "onednn" or "torch"
+            float32/bfloat16 models of hidden size >= 384, as vLLM's CPU backend; else torch's),
+            "onednn" or "torch"
             (``F.linear``, the model's own numbers bit for bit).
     """
 
