@@ -7,15 +7,16 @@ running sequences occupy slots ``0 .. B-1`` (the scheduler keeps them packed), s
 reads the cache through views, with a ``[B, 1, 1, L]`` mask hiding each row's unused tail.
 
 The forward reuses the model's own modules (embedding, norms, projections, rotary embedding, MLP,
-head), so the numbers are the model's, and only orchestrates them around the cache, skipping
-transformers' per-call machinery (mask building, cache objects, output classes). Families with the
-Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k norms).
+head), so the numbers are the model's, and only orchestrates
+them around the cache, skipping transformers' per-call machinery (mask building, cache objects,
+output classes). Families with the Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k
+norms).
 
 On a CPU the projections run through oneDNN with weights reordered once into its blocked layout
 (``linear="auto"``, for models at least ``ONEDNN_MIN_WIDTH`` wide), as vLLM's CPU backend does:
 1.2-1.9x faster than ``F.linear`` (MKL) at the row counts of decoding (measured here, one thread,
-512-wide layers), equal to it within float rounding (~1e-6 relative). The reordered copies are rebuilt with the other cached weights when the
-parameters change.
+512-wide layers), equal to it within float rounding (~1e-6 relative). The reordered copies are
+rebuilt with the other cached weights when the parameters change.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class SlotRunner:
         initial_capacity: positions allocated per slot at first; doubled on demand up to
             ``max_model_len``, so short requests do not pay for the longest.
         linear: "auto" (oneDNN with reordered weights on a CPU where torch has it, for float32 and
-            bfloat16 models at least ``ONEDNN_MIN_WIDTH`` wide; else ``F.linear``), "onednn" (that, or an error) or "torch" (``F.linear``).
+            bfloat16 models at least ``ONEDNN_MIN_WIDTH`` wide; else ``F.linear``), "onednn" (that,
+            or an error) or "torch" (``F.linear``).
     """
 
     def __init__(
