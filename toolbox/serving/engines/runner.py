@@ -7,10 +7,9 @@ running sequences occupy slots ``0 .. B-1`` (the scheduler keeps them packed), s
 reads the cache through views, with a ``[B, 1, 1, L]`` mask hiding each row's unused tail.
 
 The forward reuses the model's own modules (embedding, norms, projections, rotary embedding, MLP,
-head), so the numbers are the model's, and only orchestrates
-them around the cache, skipping transformers' per-call machinery (mask building, cache objects,
-output classes). Families with the Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k
-norms).
+head), so the numbers are the model's, and only orchestrates them around the cache, skipping
+transformers' per-call machinery (mask building, cache objects, output classes). Families with the
+Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k norms).
 
 On a CPU the projections run through oneDNN with weights reordered once into its blocked layout
 (``linear="auto"``, for models at least ``ONEDNN_MIN_WIDTH`` wide), as vLLM's CPU backend does:
