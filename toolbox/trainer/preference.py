@@ -268,6 +268,17 @@ class PreferenceTrainer(BaseTrainer):
         device = self.strategy.device
         return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
 
+    def _reference_logps(self, batch: dict[str, Any], first_row: int = 0) -> torch.Tensor:
+        """The reference model's per-row completion sums (no grad) of the batch's rows from
+        ``first_row`` on."""
+        if self.reference is None:
+            raise RuntimeError("the reference log-probs of this batch were not precomputed")
+        rows = batch
+        if first_row:
+            rows = {k: batch[k][first_row:] for k in ("input_ids", "attention_mask", "completion_mask")}
+        with torch.no_grad():
+            return completion_logps(self.reference, rows)[0]
+
     def _unpaired_inputs(self, model: Any, batch: dict[str, Any]) -> PreferenceLogps:
         """Unpaired examples: per-example sums under the policy and the reference, the labels, and
         the mismatched rows' sums (KL reference point) when the batch has them."""
@@ -279,14 +290,9 @@ class PreferenceTrainer(BaseTrainer):
         if "ref_logps" in batch:  # precomputed: only the mismatched rows need the reference
             x.ref_logps = batch["ref_logps"]
             if sums.shape[0] > n:
-                rows = {k: batch[k][n:] for k in ("input_ids", "attention_mask", "completion_mask")}
-                with torch.no_grad():
-                    x.ref_kl_logps, _ = completion_logps(self.reference, rows)
+                x.ref_kl_logps = self._reference_logps(batch, n)
             return x
-        if self.reference is None:
-            raise RuntimeError("the reference log-probs of this batch were not precomputed")
-        with torch.no_grad():
-            ref, _ = completion_logps(self.reference, batch)
+        ref = self._reference_logps(batch)
         x.ref_logps = ref[:n]
         if ref.shape[0] > n:
             x.ref_kl_logps = ref[n:]
@@ -316,14 +322,9 @@ class PreferenceTrainer(BaseTrainer):
         if "ref_chosen_logps" in batch:  # precomputed
             x.ref_chosen_logps, x.ref_rejected_logps = batch["ref_chosen_logps"], batch["ref_rejected_logps"]
             if sums.shape[0] > 2 * n:  # only the mismatched rows need the reference
-                rows = {k: batch[k][2 * n :] for k in ("input_ids", "attention_mask", "completion_mask")}
-                with torch.no_grad():
-                    x.ref_kl_logps, _ = completion_logps(self.reference, rows)
+                x.ref_kl_logps = self._reference_logps(batch, 2 * n)
             return x
-        if self.reference is None:
-            raise RuntimeError("the reference log-probs of this batch were not precomputed")
-        with torch.no_grad():
-            ref, _ = completion_logps(self.reference, batch)
+        ref = self._reference_logps(batch)
         x.ref_chosen_logps, x.ref_rejected_logps = ref[:n], ref[n : 2 * n]
         if ref.shape[0] > 2 * n:
             x.ref_kl_logps = ref[2 * n :]

@@ -38,19 +38,28 @@ class PromptCompletion(TokenizedFactory):
         self.prompt_field = prompt_field
         self.completion_field = completion_field
 
+    def prompt_and_completion(self, record: Record, index: int) -> tuple[list[int], list[int]] | None:
+        """(bos + prompt, completion + eos) of a record, the prompt left-truncated to fit
+        ``max_length``; None (counted as skipped) when the completion leaves no room for it."""
+        prompt = self.encode(self.text(record, self.prompt_field, index, "prompt_field"))
+        completion = [
+            *self.encode(self.text(record, self.completion_field, index, "completion_field")),
+            self.eos,
+        ]
+        prompt_ids = self.left_truncate(prompt, self.max_length - len(completion))
+        if prompt_ids is None:
+            self.num_skipped += 1
+            return None
+        return prompt_ids, completion
+
     def __call__(self, records: Sequence[Record]) -> list[Example]:
         self.start()
         examples = []
         for i, record in enumerate(records):
-            prompt = self.encode(self.text(record, self.prompt_field, i, "prompt_field"))
-            completion = [
-                *self.encode(self.text(record, self.completion_field, i, "completion_field")),
-                self.eos,
-            ]
-            prompt_ids = self.left_truncate(prompt, self.max_length - len(completion))
-            if prompt_ids is None:
-                self.num_skipped += 1
+            encoded = self.prompt_and_completion(record, i)
+            if encoded is None:
                 continue
+            prompt_ids, completion = encoded
             examples.append(
                 {
                     **self.raw(record),

@@ -15,13 +15,13 @@ from transformers import PreTrainedTokenizerBase
 from toolbox.core.errors import DataError
 from toolbox.core.registries import DATASETS
 from toolbox.data.base import Example, Record
-from toolbox.data.datasets.tokenized import TokenizedFactory
+from toolbox.data.datasets.prompt_completion import PromptCompletion
 
 log = logging.getLogger(__name__)
 
 
 @DATASETS.register("unpaired_preference")
-class UnpairedPreference(TokenizedFactory):
+class UnpairedPreference(PromptCompletion):
     """``prompt_ids`` (bos + prompt), ``completion_ids`` (completion + eos) and ``label`` (a bool).
 
     ``max_length`` bounds prompt + completion: the prompt loses its start to fit, and an example
@@ -45,9 +45,7 @@ class UnpairedPreference(TokenizedFactory):
         completion_field: str = "completion",
         label_field: str = "label",
     ) -> None:
-        super().__init__(tokenizer, max_length)
-        self.prompt_field = prompt_field
-        self.completion_field = completion_field
+        super().__init__(tokenizer, max_length, prompt_field, completion_field)
         self.label_field = label_field
 
     def label(self, record: Record, index: int) -> bool:
@@ -72,15 +70,10 @@ class UnpairedPreference(TokenizedFactory):
         examples = []
         for i, record in enumerate(records):
             label = self.label(record, i)
-            prompt = self.encode(self.text(record, self.prompt_field, i, "prompt_field"))
-            completion = [
-                *self.encode(self.text(record, self.completion_field, i, "completion_field")),
-                self.eos,
-            ]
-            prompt_ids = self.left_truncate(prompt, self.max_length - len(completion))
-            if prompt_ids is None:
-                self.num_skipped += 1
+            encoded = self.prompt_and_completion(record, i)
+            if encoded is None:
                 continue
+            prompt_ids, completion = encoded
             examples.append(
                 {**self.raw(record), "prompt_ids": prompt_ids, "completion_ids": completion, "label": label}
             )

@@ -82,9 +82,7 @@ def arithmetic_pairs(
         zero_pad: fixed-width operands and results, as the arithmetic source's ``zero_pad``
             (set it as the SFT run did); a rejected answer is padded like the chosen one.
     """
-    unknown = [m for m in mistakes if m not in MISTAKES]
-    if unknown or not mistakes:
-        raise ConfigError(f"data.source.mistakes: {list(mistakes)}; choose among {list(MISTAKES)}.")
+    check_mistakes(mistakes)
     if pairs_per_problem < 1:
         raise ConfigError(f"data.source.pairs_per_problem: {pairs_per_problem}; set 1 or more.")
     problems = arithmetic(
@@ -100,21 +98,32 @@ def arithmetic_pairs(
     def pairs(records: Sequence[Record], per_problem: int) -> list[Record]:
         out = []
         for record in records:
-            a, op, b = _parse(record["prompt"])
-            result = int(record["answer"])
-            seen: set[int] = set()
+            seen: set[str] = set()
             for _ in range(per_problem):
-                wrong = wrong_answer(a, op, b, result, rng.choice(list(mistakes)), rng)
-                if wrong in seen:
+                rejected = wrong_completion(record, mistakes, rng, zero_pad)
+                if rejected in seen:
                     continue
-                seen.add(wrong)
-                width = len(record["completion"].lstrip("-")) if zero_pad else 0
-                rejected = ("-" if wrong < 0 else "") + str(abs(wrong)).zfill(width)
+                seen.add(rejected)
                 out.append({**record, "chosen": record["completion"], "rejected": rejected})
         return out
 
     train, test = problems.train[:max_train], problems.test[:max_test]
     return Splits(train=pairs(train, pairs_per_problem), test=pairs(test, 1))
+
+
+def check_mistakes(mistakes: Sequence[str]) -> None:
+    unknown = [m for m in mistakes if m not in MISTAKES]
+    if unknown or not mistakes:
+        raise ConfigError(f"data.source.mistakes: {list(mistakes)}; choose among {list(MISTAKES)}.")
+
+
+def wrong_completion(record: Record, mistakes: Sequence[str], rng: random.Random, zero_pad: bool) -> str:
+    """A plausible wrong result for an arithmetic record (a kind drawn from ``mistakes``), written as
+    its right ``completion`` is (padded to its width with ``zero_pad``)."""
+    a, op, b = _parse(record["prompt"])
+    wrong = wrong_answer(a, op, b, int(record["answer"]), rng.choice(list(mistakes)), rng)
+    width = len(record["completion"].lstrip("-")) if zero_pad else 0
+    return ("-" if wrong < 0 else "") + str(abs(wrong)).zfill(width)
 
 
 def _parse(prompt: str) -> tuple[int, str, int]:

@@ -9,7 +9,7 @@ from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
 from toolbox.data.sources.arithmetic import arithmetic
-from toolbox.data.sources.arithmetic_pairs import MISTAKES, _parse, wrong_answer
+from toolbox.data.sources.arithmetic_pairs import MISTAKES, check_mistakes, wrong_completion
 
 
 @SOURCES.register("arithmetic_unpaired")
@@ -48,9 +48,7 @@ def arithmetic_unpaired(
         max_test: use only the first this many held-out problems (null: all).
         zero_pad: fixed-width operands and results, as the arithmetic source's ``zero_pad``.
     """
-    unknown = [m for m in mistakes if m not in MISTAKES]
-    if unknown or not mistakes:
-        raise ConfigError(f"data.source.mistakes: {list(mistakes)}; choose among {list(MISTAKES)}.")
+    check_mistakes(mistakes)
     if not 0.0 <= desirable_fraction <= 1.0:
         raise ConfigError(f"data.source.desirable_fraction: {desirable_fraction}; set a value in [0, 1].")
     problems = arithmetic(
@@ -69,11 +67,7 @@ def arithmetic_unpaired(
             if rng.random() < desirable_fraction:
                 out.append({**record, "completion": right, "label": True, "reference": right})
                 continue
-            a, op, b = _parse(record["prompt"])
-            result = int(record["answer"])
-            wrong = wrong_answer(a, op, b, result, rng.choice(list(mistakes)), rng)
-            width = len(right.lstrip("-")) if zero_pad else 0
-            completion = ("-" if wrong < 0 else "") + str(abs(wrong)).zfill(width)
+            completion = wrong_completion(record, mistakes, rng, zero_pad)
             out.append({**record, "completion": completion, "label": False, "reference": right})
         return out
 
