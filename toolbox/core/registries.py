@@ -17,7 +17,12 @@ DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))
 COLLATORS = Registry("collator", modules=("toolbox.data.collators",))
 OBJECTIVES = Registry(
     "objective",
-    modules=("toolbox.objectives.supervised", "toolbox.objectives.preference", "toolbox.objectives.policy"),
+    modules=(
+        "toolbox.objectives.supervised",
+        "toolbox.objectives.preference",
+        "toolbox.objectives.dpo_family",
+        "toolbox.objectives.policy",
+    ),
 )
 OPTIMIZERS = Registry("optimizer", modules=("toolbox.trainer.optim",))
 SCHEDULERS = Registry("scheduler", modules=("toolbox.trainer.optim",))
