@@ -176,7 +176,22 @@ def test_aggregate_rejects_unknown_mode():
 
 
 # TRL parity -------------------------------------------------------------------------------------------
-def _trl_grpo_loss(loss_type, logps, old, ref, mask, adv, eps_low, eps_high, beta, level, entropies):
+def _trl_grpo_loss(
+    loss_type,
+    logps,
+    old,
+    ref,
+    mask,
+    adv,
+    eps_low,
+    eps_high,
+    beta,
+    level,
+    entropies,
+    top_entropy_quantile=1.0,
+    **args,
+):
+    """TRL's GRPOTrainer._compute_loss on these tensors; ``args`` set GRPOConfig fields (sapo_*, vespo_*)."""
     pytest.importorskip("trl")
     from trl import GRPOTrainer
 
@@ -185,15 +200,17 @@ def _trl_grpo_loss(loss_type, logps, old, ref, mask, adv, eps_low, eps_high, bet
         num_processes=1,
         gather=lambda x: x,
         reduce=lambda x, reduction="sum": x,
+        pad_across_processes=lambda x, dim=0, pad_index=0: x,
         sync_gradients=True,
     )
     fake = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logps, entropies, None),
-        top_entropy_quantile=1.0,
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,
+        top_entropy_quantile=top_entropy_quantile,
         off_policy_mask_threshold=None,
         importance_sampling_level=level,
         beta=beta,
-        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1, **args),
         loss_type=loss_type,
         epsilon_low=eps_low,
         epsilon_high=eps_high,
@@ -206,6 +223,7 @@ def _trl_grpo_loss(loss_type, logps, old, ref, mask, adv, eps_low, eps_high, bet
         accelerator=acc,
         _metrics=defaultdict(lambda: defaultdict(list)),
     )
+    fake.get_high_entropy_mask = lambda e, m, t: GRPOTrainer.get_high_entropy_mask(fake, e, m, t)
     inputs = {
         "prompt_ids": torch.ones(B, 2, dtype=torch.long),
         "prompt_mask": torch.ones(B, 2, dtype=torch.long),
@@ -216,7 +234,7 @@ def _trl_grpo_loss(loss_type, logps, old, ref, mask, adv, eps_low, eps_high, bet
         "ref_per_token_logps": ref,
         "num_items_in_batch": mask.sum(),
     }
-    return float(GRPOTrainer._compute_loss(fake, None, inputs)), fake._metrics["train"]
+    return GRPOTrainer._compute_loss(fake, None, inputs), fake._metrics["train"]
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
@@ -234,9 +252,62 @@ def test_grpo_loss_equals_trl(loss_type, level, beta):
         importance_sampling_level=level,
         max_completion_length=L,
     )(PolicyBatch(logps, mask, adv, old_logprobs=old, ref_logprobs=ref, entropy=entropy))
-    assert float(out.loss_sum) / out.num_items == pytest.approx(trl_loss, abs=1e-6)
+    assert float(out.loss_sum) / out.num_items == pytest.approx(float(trl_loss), abs=1e-6)
     assert out.metrics["clip_ratio/region"] == pytest.approx(
         trl_metrics["clip_ratio/region_mean"][-1], abs=1e-6
     )
     if beta:
         assert out.metrics["kl"] == pytest.approx(trl_metrics["kl"][-1], abs=1e-6)
+
+
+TRL_ARGS = {
+    "sapo_temperature_pos": 1.0,
+    "sapo_temperature_neg": 1.05,
+    "vespo_k_pos": 2.0,
+    "vespo_lambda_pos": 3.0,
+    "vespo_k_neg": 3.0,
+    "vespo_lambda_neg": 2.0,
+}
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo", "luspo", "vespo", "grpo", "dapo"])
+@pytest.mark.parametrize(
+    ("level", "beta", "quantile"),
+    [("token", 0.0, 1.0), ("token", 0.04, 1.0), ("sequence", 0.0, 1.0), ("token", 0.0, 0.4)],
+)
+def test_newer_loss_types_and_entropy_quantile_equal_trl(loss_type, level, beta, quantile):
+    """cispo, sapo, luspo, vespo (and top_entropy_quantile on every type): loss and gradient = TRL's."""
+    logps, old, ref, mask, adv, entropy = _batch(6, spread=0.8)
+    eps_high = 5.0 if loss_type == "cispo" else 0.28
+    args = dict(TRL_ARGS, sapo_temperature_neg=1.3) if loss_type == "sapo" else TRL_ARGS
+    a = logps.clone().requires_grad_(True)
+    trl_loss, _ = _trl_grpo_loss(
+        loss_type, a, old, ref, mask, adv, 0.2, eps_high, beta, level, entropy, quantile, **args
+    )
+    trl_loss.backward()
+    b = logps.clone().requires_grad_(True)
+    objective = ClippedPolicyLoss(
+        loss_type=loss_type,
+        epsilon_low=0.2,
+        epsilon_high=eps_high,
+        beta=beta,
+        importance_sampling_level=level,
+        max_completion_length=L,
+        top_entropy_quantile=quantile,
+        sapo_temperature_neg=args["sapo_temperature_neg"],
+    )
+    out = objective(PolicyBatch(b, mask, adv, old_logprobs=old, ref_logprobs=ref, entropy=entropy))
+    assert out.loss_sum.item() / out.num_items == pytest.approx(trl_loss.item(), rel=1e-6, abs=1e-6)
+    (out.loss_sum / out.num_items).backward()
+    torch.testing.assert_close(a.grad * mask, b.grad * mask, atol=1e-6, rtol=1e-5)
+    assert objective.needs_entropy == (quantile < 1.0)
+
+
+def test_new_loss_type_settings_are_checked():
+    with pytest.raises(ConfigError, match="top_entropy_quantile"):
+        ClippedPolicyLoss(top_entropy_quantile=0.0)
+    with pytest.raises(ConfigError, match="sapo_temperature"):
+        ClippedPolicyLoss(loss_type="sapo", sapo_temperature_neg=0.0)
+    with pytest.raises(ValueError, match="entropy"):
+        logps, old, _, mask, adv, _ = _batch()
+        ClippedPolicyLoss(top_entropy_quantile=0.5)(PolicyBatch(logps, mask, adv, old_logprobs=old))

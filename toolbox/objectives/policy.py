@@ -1,4 +1,4 @@
-"""Policy-gradient objectives (PPO, GRPO, DAPO, Dr. GRPO, GSPO) over sampled completions.
+"""Policy-gradient objectives (PPO, GRPO, DAPO, Dr. GRPO, GSPO, CISPO, SAPO, LUSPO, VESPO) over completions.
 
 The GRPO trainer calls an objective on a :class:`PolicyBatch` of per-token tensors, all ``[B, T]``
 over the *completion* tokens (the prompt is not part of them)::
@@ -28,6 +28,7 @@ follow TRL 1.16's ``GRPOTrainer._compute_loss``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,7 +40,8 @@ from toolbox.core.registries import OBJECTIVES
 from toolbox.objectives.base import LossOutput, PolicyObjective
 from toolbox.objectives.kl import KLEstimator, kl_estimate
 
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 
 
 @dataclass
@@ -62,19 +64,53 @@ def aggregate(
     - ``grpo``: mean over each sequence's tokens, then mean over sequences (count = B);
     - ``dapo``: mean over all tokens of the batch (count = tokens);
     - ``bnpo``: the same within one batch (count = tokens; TRL normalises per micro-batch);
-    - ``dr_grpo``: sum over tokens / (B × max_completion_length), no length bias (count = B·L).
+    - ``dr_grpo``: sum over tokens / (B × max_completion_length), no length bias (count = B·L);
+    - ``sapo`` as ``grpo``; ``cispo`` and ``vespo`` as ``dapo``;
+    - ``luspo``: sum over each sequence's tokens, then mean over sequences (count = B).
     """
     mask = mask.to(per_token_loss.dtype)
     masked = per_token_loss * mask
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "sapo"):
         per_seq = masked.sum(-1) / mask.sum(-1).clamp(min=1.0)
         return per_seq.sum(), int(per_token_loss.shape[0])
-    if loss_type in ("dapo", "bnpo"):
+    if loss_type in ("dapo", "bnpo", "cispo", "vespo"):
         return masked.sum(), max(int(mask.sum().item()), 1)
     if loss_type == "dr_grpo":
         length = max_completion_length or per_token_loss.shape[1]
         return masked.sum(), int(per_token_loss.shape[0] * length)
-    raise ValueError(f"unknown loss_type {loss_type!r}; choose grpo, dr_grpo, dapo or bnpo")
+    if loss_type == "luspo":
+        return masked.sum(), int(per_token_loss.shape[0])
+    raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {', '.join(LOSS_TYPES)}")
+
+
+def high_entropy_mask(entropy: Tensor, mask: Tensor, top_quantile: float) -> Tensor:
+    """Scored tokens whose entropy is in the top ``top_quantile`` of the batch's (TRL's
+    ``get_high_entropy_mask`` with threshold ``1 − top_quantile``)."""
+    scored = entropy[mask.bool()].float()
+    if scored.numel() == 0:
+        return torch.zeros_like(entropy, dtype=torch.bool)
+    threshold = torch.quantile(scored, 1 - top_quantile)
+    return ((entropy * mask.to(entropy.dtype)) >= threshold) & mask.bool()
+
+
+@torch.no_grad()
+def vespo_weights(
+    advantages: Tensor,
+    log_ratio: Tensor,
+    mask: Tensor,
+    k_pos: float,
+    lambda_pos: float,
+    k_neg: float,
+    lambda_neg: float,
+) -> Tensor:
+    """VESPO's gamma weight ``φ(w) = e^λ·w^k·e^(−λw)`` of each sequence's ratio ``w`` (``[B, 1]``, no grad)."""
+    lower = math.log(1e-8)
+    seq_log_ratio = torch.sum(torch.clamp(log_ratio, -20.0, 20.0) * mask, dim=-1, keepdim=True)
+    log_w = torch.clamp(seq_log_ratio, lower, 20.0)
+    nonneg = advantages >= 0
+    k = torch.where(nonneg, k_pos, k_neg)
+    lam = torch.where(nonneg, lambda_pos, lambda_neg).clamp(min=1e-4)
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -87,9 +123,13 @@ class ClippedPolicyLoss(PolicyObjective):
     """The clipped policy-gradient loss of GRPO and its variants, with KL and entropy terms.
 
     Args:
-        loss_type: how per-token losses become one number: grpo (per-sequence mean, then batch
-            mean), dr_grpo (sum / (batch × max_completion_length)), dapo (mean over all tokens),
-            bnpo (mean over the batch's tokens).
+        loss_type: the per-token loss and how it becomes one number: grpo (per-sequence mean, then
+            batch mean), dr_grpo (sum / (batch × max_completion_length)), dapo (mean over all
+            tokens), bnpo (mean over the batch's tokens) — all on the clipped surrogate; cispo (the
+            ratio clipped at epsilon_high and detached, times A·log π; token mean), sapo (a
+            sigmoid-smoothed ratio with temperatures per advantage sign; as grpo), luspo (the
+            clipped surrogate summed per sequence, mean over sequences; use sequence-level ratios)
+            and vespo (a gamma weight of the sequence ratio, detached, times A·log π; token mean).
         epsilon_low: lower clip range: ratios below 1 − epsilon_low stop the gradient (for A < 0).
         epsilon_high: upper clip range (DAPO's clip-higher); null uses epsilon_low.
         importance_sampling_level: token (one ratio per token, GRPO/PPO) or sequence (the
@@ -99,6 +139,15 @@ class ClippedPolicyLoss(PolicyObjective):
         entropy_coef: weight of the entropy bonus (the loss subtracts coef × mean token entropy).
         max_completion_length: L of dr_grpo's normaliser; null uses the batch's completion width.
         delta: optional upper bound on the unclipped ratio (two-sided clipping, INTELLECT-2).
+        top_entropy_quantile: train only on the tokens whose entropy is in this top fraction of
+            the batch's (1.0: all tokens; 0.2 in "Beyond the 80/20 rule"); the entropy bonus acts on
+            the same tokens.
+        sapo_temperature_pos: sapo's temperature for tokens with a positive advantage.
+        sapo_temperature_neg: sapo's temperature for the others.
+        vespo_k_pos: vespo's power k for a non-negative advantage.
+        vespo_lambda_pos: vespo's decay λ for a non-negative advantage.
+        vespo_k_neg: vespo's power k for a negative advantage.
+        vespo_lambda_neg: vespo's decay λ for a negative advantage.
     """
 
     def __init__(
@@ -112,9 +161,22 @@ class ClippedPolicyLoss(PolicyObjective):
         entropy_coef: float = 0.0,
         max_completion_length: int | None = None,
         delta: float | None = None,
+        top_entropy_quantile: float = 1.0,
+        sapo_temperature_pos: float = 1.0,
+        sapo_temperature_neg: float = 1.05,
+        vespo_k_pos: float = 2.0,
+        vespo_lambda_pos: float = 3.0,
+        vespo_k_neg: float = 3.0,
+        vespo_lambda_neg: float = 2.0,
     ) -> None:
-        if loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):
-            raise ConfigError(f"objective.loss_type: {loss_type!r}; choose grpo, dr_grpo, dapo or bnpo.")
+        if loss_type not in LOSS_TYPES:
+            raise ConfigError(f"objective.loss_type: {loss_type!r}; choose one of {', '.join(LOSS_TYPES)}.")
+        if not 0.0 < top_entropy_quantile <= 1.0:
+            raise ConfigError(
+                f"objective.top_entropy_quantile: {top_entropy_quantile}; set a fraction in (0, 1] (1.0: all tokens)."
+            )
+        if sapo_temperature_pos <= 0 or sapo_temperature_neg <= 0:
+            raise ConfigError("objective.sapo_temperature_pos / sapo_temperature_neg must be positive.")
         if epsilon_low < 0 or (epsilon_high is not None and epsilon_high < 0):
             raise ConfigError("objective.epsilon_low / epsilon_high must be >= 0.")
         if beta < 0:
@@ -130,6 +192,9 @@ class ClippedPolicyLoss(PolicyObjective):
         self.entropy_coef = entropy_coef
         self.max_completion_length = max_completion_length
         self.delta = delta
+        self.top_entropy_quantile = top_entropy_quantile
+        self.sapo_temperatures = (sapo_temperature_pos, sapo_temperature_neg)
+        self.vespo = (vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg)
 
     @property
     def needs_reference(self) -> bool:
@@ -138,7 +203,7 @@ class ClippedPolicyLoss(PolicyObjective):
 
     @property
     def needs_entropy(self) -> bool:
-        return self.entropy_coef != 0
+        return self.entropy_coef != 0 or self.top_entropy_quantile < 1.0
 
     def __call__(self, batch: PolicyBatch) -> LossOutput:
         logps, mask = batch.logprobs, batch.completion_mask.to(batch.logprobs.dtype)
@@ -154,10 +219,14 @@ class ClippedPolicyLoss(PolicyObjective):
                 f"objective.importance_sampling_level: {self.importance_sampling_level!r}; choose token or sequence."
             )
         ratio = torch.exp(log_ratio)
-        clipped = torch.clamp(ratio, 1 - self.epsilon_low, 1 + self.epsilon_high)
-        unclipped = ratio if self.delta is None else torch.clamp(ratio, max=self.delta)
-        per_token = -torch.min(unclipped * adv, clipped * adv)
+        per_token = self._per_token_loss(ratio, logps, logps - old, adv, mask)
         metrics: dict[str, float] = {}
+        if self.top_entropy_quantile < 1.0:
+            if batch.entropy is None:
+                raise ValueError("objective top_entropy_quantile < 1 needs entropy in the PolicyBatch")
+            entropy_mask = high_entropy_mask(batch.entropy.detach(), mask, self.top_entropy_quantile)
+            per_token = per_token * entropy_mask
+            metrics["entropy_mask/fraction"] = masked_mean(entropy_mask.to(mask.dtype), mask).item()
         if self.beta:
             if batch.ref_logprobs is None:
                 raise ValueError("objective beta > 0 needs ref_logprobs in the PolicyBatch")
@@ -175,7 +244,10 @@ class ClippedPolicyLoss(PolicyObjective):
             entropy = masked_mean(batch.entropy, mask)
             metrics["entropy"] = entropy.detach().item()
             if self.entropy_coef:
-                loss_sum = loss_sum - self.entropy_coef * entropy * count
+                bonus = entropy
+                if self.top_entropy_quantile < 1.0:  # the bonus acts on the tokens the loss trains
+                    bonus = masked_mean(batch.entropy, mask * entropy_mask)
+                loss_sum = loss_sum - self.entropy_coef * bonus * count
         elif self.entropy_coef:
             raise ValueError("objective entropy_coef != 0 needs entropy in the PolicyBatch")
         with torch.no_grad():
@@ -193,6 +265,22 @@ class ClippedPolicyLoss(PolicyObjective):
                 }
             )
         return LossOutput(loss_sum, count, metrics)
+
+    def _per_token_loss(
+        self, ratio: Tensor, logps: Tensor, token_log_ratio: Tensor, adv: Tensor, mask: Tensor
+    ):
+        """The loss of each token before aggregation (before the KL term), by ``loss_type``."""
+        if self.loss_type == "cispo":
+            return -torch.clamp(ratio, max=self.epsilon_high).detach() * adv * logps
+        if self.loss_type == "sapo":
+            pos, neg = self.sapo_temperatures
+            temperature = torch.where(adv > 0, pos, neg)
+            return -torch.sigmoid(temperature * (ratio - 1)) * 4 / temperature * adv
+        if self.loss_type == "vespo":
+            return -vespo_weights(adv, token_log_ratio, mask, *self.vespo) * adv * logps
+        clipped = torch.clamp(ratio, 1 - self.epsilon_low, 1 + self.epsilon_high)
+        unclipped = ratio if self.delta is None else torch.clamp(ratio, max=self.delta)
+        return -torch.min(unclipped * adv, clipped * adv)
 
 
 @OBJECTIVES.register("ppo")
