@@ -134,3 +134,50 @@ def test_the_model_keeps_its_parameters_and_state_dict() -> None:
     CausalLMLoss()(fast, right_padded_batch()).loss_sum.backward()
     assert list(model.state_dict()) == keys
     assert all(p.grad is not None for p in model.parameters())
+
+
+def build_family(architecture, **settings):
+    torch.manual_seed(0)
+    sizes = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 96}
+    return MODELS.build(
+        {"name": "causal_lm", "architecture": architecture, **sizes, **settings},
+        path="model",
+        vocab_size=VOCAB,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@pytest.mark.parametrize("architecture", ["mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("settings", [{}, {"num_kv_heads": 1}])
+def test_llama_layout_families_equal_the_models(architecture, settings) -> None:
+    """Mistral, Qwen2 (q/k/v biases) and Qwen3 (q/k norms): the lean loss and gradients are the
+    model's; exact mode is bitwise the model's."""
+    model = build_family(architecture, **settings)
+    if architecture == "qwen2":  # random biases, so that dropping one would show
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0, 0.5)
+    if architecture == "qwen3":
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+    batch = right_padded_batch()
+    ref, ref_grads = loss_and_grads(model, model, batch)
+    out, grads = loss_and_grads(model, training_forward(model), batch)
+    torch.testing.assert_close(out.loss_sum, ref.loss_sum, rtol=1e-6, atol=1e-6)
+    assert_same_gradients(grads, ref_grads)
+    exact, exact_grads = loss_and_grads(model, training_forward(model, exact=True), batch)
+    assert torch.equal(exact.loss_sum, ref.loss_sum)
+    # bitwise, except Qwen3's q/k-norm weights, whose gradient sums reduce in another order (~1e-8)
+    head_norms = {n for n in ref_grads if n.endswith(("q_norm.weight", "k_norm.weight"))}
+    assert all(torch.equal(exact_grads[n], g) for n, g in ref_grads.items() if n not in head_norms)
+    assert_same_gradients({n: exact_grads[n] for n in head_norms}, {n: ref_grads[n] for n in head_norms})
+
+
+@pytest.mark.parametrize("architecture", ["gemma", "gpt2"])
+def test_other_families_fall_back_to_their_own_forward(architecture) -> None:
+    assert training_forward(build_family(architecture)) is None

@@ -1,4 +1,8 @@
-"""A leaner training forward for Hugging Face Llama models: the same weights, fewer ops.
+"""A leaner training forward for Hugging Face Llama-layout models: the same weights, fewer ops.
+
+It covers Llama, Mistral, Qwen2 (biases on q/k/v) and Qwen3 (RMSNorm on each head's q and k).
+``exact`` mode is bitwise transformers' loss and gradients, except Qwen3's q/k-norm weight
+gradients, whose sums over positions reduce in another order (equal within ~1e-8).
 
 A tiny model on a CPU spends much of each step in the per-op overhead of transformers' Llama
 forward (mask construction, rotary tables, module and kwargs plumbing) and in positions whose
@@ -52,6 +56,9 @@ class LlamaTrainingForward:
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
         self.gqa = self.num_kv_heads != self.num_heads
+        attn = model.model.layers[0].self_attn
+        self.qk_norm = hasattr(attn, "q_norm")  # Qwen3
+        self.qkv_bias = attn.q_proj.bias is not None  # Qwen2, Llama with attention_bias
         self._rotary: dict[tuple[int, torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
     def __call__(
@@ -123,18 +130,41 @@ class LlamaTrainingForward:
         h = _rms_norm(x, layer.input_layernorm)
         if self.exact:  # transformers' own op order: bitwise its gradients
             q, k, v = (
-                proj(h).view(batch, length, -1, self.head_dim).transpose(1, 2)
+                proj(h).view(batch, length, -1, self.head_dim)
                 for proj in (attn.q_proj, attn.k_proj, attn.v_proj)
             )
+            q, k = self._head_norms(attn, q, k)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         else:
-            qkv = F.linear(h, torch.cat((attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)))
-            qkv = qkv.view(batch, length, -1, self.head_dim).transpose(1, 2)
-            qk, v = qkv.split((self.num_heads + self.num_kv_heads, self.num_kv_heads), dim=1)
+            qkv = F.linear(h, *self._fused(attn, ("q_proj", "k_proj", "v_proj"))).view(
+                batch, length, -1, self.head_dim
+            )
+            q, k, v = qkv.split((self.num_heads, self.num_kv_heads, self.num_kv_heads), dim=2)
+            if self.qk_norm:
+                q, k = self._head_norms(attn, q, k)
+                qk = torch.cat((q, k), dim=2).transpose(1, 2)
+            else:
+                qk = qkv[:, :, : self.num_heads + self.num_kv_heads].transpose(1, 2)
+            v = v.transpose(1, 2)
             q, k = _rope(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling, enable_gqa=self.gqa)
         x = x + attn.o_proj(o.transpose(1, 2).reshape(batch, length, -1))
         return x + _mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm))
+
+    def _fused(self, attn: nn.Module, names: tuple[str, ...]) -> tuple[Tensor, Tensor | None]:
+        """The weights (and biases) of several projections as one matrix, for one product."""
+        projs = [getattr(attn, n) for n in names]
+        bias = torch.cat([p.bias for p in projs]) if self.qkv_bias else None
+        return torch.cat([p.weight for p in projs]), bias
+
+    def _head_norms(self, attn: nn.Module, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Qwen3's RMSNorm over each head of q and k (``[batch, length, heads, head_dim]``)."""
+        if not self.qk_norm:
+            return q, k
+        if self.exact:  # the modules themselves: bitwise their gradients
+            return attn.q_norm(q), attn.k_norm(k)
+        return _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
 
     def _last_layer(self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, keep: Tensor) -> Tensor:
         """The last layer at the kept positions only: returns their outputs, ``[n, hidden]``.
@@ -151,12 +181,12 @@ class LlamaTrainingForward:
         valid = (torch.arange(width, device=x.device) < counts[:, None]).flatten().nonzero().squeeze(1)
         rows = (slots + torch.arange(batch, device=x.device)[:, None] * length).flatten()
         h = _rms_norm(x, layer.input_layernorm).flatten(0, 1)  # [batch * length, hidden]
-        kv = F.linear(h, torch.cat((attn.k_proj.weight, attn.v_proj.weight)))
-        kv = kv.view(batch, length, -1, self.head_dim).transpose(1, 2)
-        k, v = kv.split((self.num_kv_heads, self.num_kv_heads), dim=1)
-        k = _rope(k, cos, sin)
-        q = attn.q_proj(h.index_select(0, rows)).view(batch, width, -1, self.head_dim).transpose(1, 2)
-        q = _rope(q, F.embedding(slots, cos)[:, None], F.embedding(slots, sin)[:, None])
+        kv = F.linear(h, *self._fused(attn, ("k_proj", "v_proj"))).view(batch, length, -1, self.head_dim)
+        k, v = kv.split((self.num_kv_heads, self.num_kv_heads), dim=2)
+        q = attn.q_proj(h.index_select(0, rows)).view(batch, width, -1, self.head_dim)
+        q, k = self._head_norms(attn, q, k)
+        k, v = _rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
+        q = _rope(q.transpose(1, 2), F.embedding(slots, cos)[:, None], F.embedding(slots, sin)[:, None])
         causal = torch.arange(length, device=x.device) <= slots[..., None]  # [batch, width, length]
         o = F.scaled_dot_product_attention(
             q, k, v, attn_mask=causal[:, None], scale=attn.scaling, enable_gqa=self.gqa
@@ -168,25 +198,34 @@ class LlamaTrainingForward:
 
 
 def training_forward(model: Any, exact: bool = False) -> LlamaTrainingForward | None:
-    """The lean training forward for ``model``, or ``None`` when it is not a plain HF Llama.
+    """The lean training forward for ``model``, or ``None`` when it is not a plain HF Llama-layout
+    model (Llama, Mistral, Qwen2, Qwen3 with default rope, SiLU, no sliding window).
 
     ``exact``: keep transformers' order of operations, so losses and gradients are bitwise those
     of the model's own forward (no fused q/k/v, no skipped positions); a little slower.
     """
     if not type(model).__module__.startswith("transformers."):  # no transformers import for others
         return None
-    from transformers import LlamaForCausalLM
+    import transformers
 
-    if type(model) is not LlamaForCausalLM:
+    covered = (
+        transformers.LlamaForCausalLM,
+        transformers.MistralForCausalLM,
+        transformers.Qwen2ForCausalLM,
+        transformers.Qwen3ForCausalLM,
+    )
+    if type(model) not in covered:
         return None
     config = model.config
     rope = getattr(config, "rope_parameters", None) or {"rope_type": "default"}
     plain = (
         rope.get("rope_type", "default") == "default"
         and config.hidden_act == "silu"
-        and not config.attention_bias
-        and not config.mlp_bias
+        and not getattr(config, "mlp_bias", False)
         and getattr(config, "pretraining_tp", 1) == 1
+        and not getattr(config, "sliding_window", None)
+        and not getattr(config, "use_sliding_window", False)
+        and getattr(config, "head_dim", None) in (None, config.hidden_size // config.num_attention_heads)
     )
     return LlamaTrainingForward(model, exact=exact) if plain else None
 

@@ -4,11 +4,13 @@ Importing this package registers them; the ``MODELS`` registry does so on its fi
 libraries (transformers) are imported only when a model that needs them is built.
 
 - ``tiny_llama``: a randomly initialised Hugging Face ``LlamaForCausalLM`` built from a config.
+- ``causal_lm``: a randomly initialised Hugging Face causal LM of any common family (llama, mistral,
+  qwen2, qwen3, gemma, gpt2) built from its own config class.
 - ``pretrained``: any causal LM ``AutoModelForCausalLM`` can load from a local directory or hub id.
 - ``transformer_lm``: our own small causal LM whose norm, attention and feed-forward are layer specs.
 - ``mlp_classifier``: an MLP from features to class logits.
 """
 
-from toolbox.nn.models import mlp_classifier, pretrained, tiny_llama, transformer_lm
+from toolbox.nn.models import causal_lm, mlp_classifier, pretrained, tiny_llama, transformer_lm
 
-__all__ = ["mlp_classifier", "pretrained", "tiny_llama", "transformer_lm"]
+__all__ = ["causal_lm", "mlp_classifier", "pretrained", "tiny_llama", "transformer_lm"]
