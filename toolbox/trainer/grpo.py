@@ -119,7 +119,13 @@ class GRPOTrainer(BaseTrainer):
         prompt_field: str = "prompt",
         seed_sampling: bool = True,
     ) -> None:
-        super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
+        super().__init__(
+            parts,
+            max_steps=max_steps,
+            eval_every=eval_every,
+            save_every=save_every,
+            max_grad_norm=max_grad_norm,
+        )
         rows = prompts_per_step * num_generations
         if prompts_per_step < 1 or num_generations < 1 or max_completion_length < 1 or ppo_epochs < 1:
             raise ConfigError(
@@ -140,7 +146,6 @@ class GRPOTrainer(BaseTrainer):
         self.top_p = top_p
         self.top_k = top_k
         self.ppo_epochs = ppo_epochs
-        self.max_grad_norm = max_grad_norm
         self.mask_truncated = mask_truncated_completions
         self.prompt_field = prompt_field
         self.seed_sampling = seed_sampling
@@ -160,7 +165,6 @@ class GRPOTrainer(BaseTrainer):
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.policy = self.strategy.unwrap(self.model)
         self.engine = self._build_engine(rows)
         self.shared_engine = getattr(self.engine, "model", None) is self.policy
@@ -198,8 +202,6 @@ class GRPOTrainer(BaseTrainer):
     @torch.no_grad()
     def rollout(self, examples: list[dict[str, Any]]) -> TextRollout:
         """Sample ``num_generations`` completions per example and build the rollout (no rewards yet)."""
-        was_training = self.policy.training
-        self.policy.eval()
         base = SamplingParams(
             max_tokens=self.max_completion_length,
             temperature=self.temperature,
@@ -209,20 +211,20 @@ class GRPOTrainer(BaseTrainer):
         )
         prompt_ids = [self._prompt_ids(ex) for ex in examples]
         round_seed = (self.context.seed * 1_000_003 + self.step * 10_007) % 2**62
-        if self.seed_sampling and hasattr(self.engine, "submit"):
-            # one request per prompt, each with its own seed, all in the running batch at once
-            handles = [
-                self.engine.submit(
-                    ids, replace(base, seed=round_seed + i), stream=False, _bypass_queue_limit=True
+        with self.eval_mode(self.policy):
+            if self.seed_sampling and hasattr(self.engine, "submit"):
+                # one request per prompt, each with its own seed, all in the running batch at once
+                handles = [
+                    self.engine.submit(
+                        ids, replace(base, seed=round_seed + i), stream=False, _bypass_queue_limit=True
+                    )
+                    for i, ids in enumerate(prompt_ids)
+                ]
+                results = [h.result() for h in handles]
+            else:
+                results = self.engine.generate(
+                    prompt_ids, replace(base, seed=round_seed) if self.seed_sampling else base
                 )
-                for i, ids in enumerate(prompt_ids)
-            ]
-            results = [h.result() for h in handles]
-        else:
-            results = self.engine.generate(
-                prompt_ids, replace(base, seed=round_seed) if self.seed_sampling else base
-            )
-        self.policy.train(was_training)
         keys = [k for k in examples[0] if k not in ("prompt_ids",)]
         fields = {k: [ex.get(k) for ex in examples] for k in keys}
         return TextRollout.from_outputs(
@@ -291,13 +293,12 @@ class GRPOTrainer(BaseTrainer):
         generator = torch.Generator().manual_seed(self.context.seed * 7919 + self.step)
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
-        grad_norms, losses, sync_time = [], [], 0.0
+        grad_norms, losses, sync_time, lr = [], [], 0.0, 0.0
         with_entropy = True  # the entropy metric (with grad only when the objective uses it)
         needs_entropy = bool(getattr(self.objective, "needs_entropy", False))
         for _ in range(self.ppo_epochs):
             for mb in rollout.minibatches(self.minibatch_size, generator if updates_per_epoch > 1 else None):
-                self.optimizer.zero_grad(set_to_none=True)
-                total_sum, total_count = 0.0, 0
+                total_count = 0
                 outs = []
                 for s in range(0, len(mb), self.micro_batch_size):
                     micro = mb.select(range(s, min(s + self.micro_batch_size, len(mb))))
@@ -320,19 +321,11 @@ class GRPOTrainer(BaseTrainer):
                 for out in outs:
                     total = out.loss_sum if total is None else total + out.loss_sum
                 loss = total / max(total_count, 1)
-                if self.precision.scaler is not None:
-                    self.precision.scaler.scale(loss).backward()
-                    self.precision.scaler.unscale_(self.optimizer)
-                else:
-                    loss.backward()
-                total_sum = float(loss.detach())
-                grad_norms.append(self._clip())
-                if self.precision.scaler is not None:
-                    self.precision.scaler.step(self.optimizer)
-                    self.precision.scaler.update()
-                else:
-                    self.optimizer.step()
-                losses.append(total_sum)
+                self.backward(loss)
+                step = self.optimizer_step(float(loss.detach()), 1)  # already a mean over the minibatch
+                grad_norms.append(step["grad_norm"])
+                losses.append(step["loss"])
+                lr = step["lr"]
                 for out in outs:
                     for k, v in out.metrics.items():
                         if isinstance(v, float) and not math.isnan(v):
@@ -341,9 +334,6 @@ class GRPOTrainer(BaseTrainer):
                 ts = time.perf_counter()
                 self.sync_weights()
                 sync_time += time.perf_counter() - ts
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scheduler is not None:
-            self.scheduler.step()
         update_time = time.perf_counter() - t
         metrics.update({k: sums[k] / counts[k] for k in sums})
         tokens = int(rollout.completion_lengths.sum())
@@ -373,12 +363,6 @@ class GRPOTrainer(BaseTrainer):
             return
         state = {n: p.detach() for n, p in self.policy.named_parameters()}
         self.engine.update_weights(state)
-
-    def _clip(self) -> float:
-        if self.max_grad_norm and self.max_grad_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
-        norms = [p.grad.detach().norm() for p in self._params if p.grad is not None]
-        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
     # state ----------------------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:

@@ -139,7 +139,13 @@ class PreferenceTrainer(BaseTrainer):
         eval_batch_size: int = 64,
         max_eval_pairs: int | None = None,
     ) -> None:
-        super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
+        super().__init__(
+            parts,
+            max_steps=max_steps,
+            eval_every=eval_every,
+            save_every=save_every,
+            max_grad_norm=max_grad_norm,
+        )
         if not isinstance(parts.collator, PreferenceCollator | UnpairedPreferenceCollator):
             name = getattr(type(parts.collator), "_registry_name", type(parts.collator).__name__)
             raise ConfigError(
@@ -155,7 +161,6 @@ class PreferenceTrainer(BaseTrainer):
         self.uses_scores = getattr(self.objective, "inputs", "logps") == "scores"
         self.needs_reference = bool(getattr(self.objective, "needs_reference", True)) and not self.uses_scores
         self.grad_accum_steps = grad_accum_steps
-        self.max_grad_norm = max_grad_norm
         self.precompute_ref_logprobs = precompute_ref_logprobs
         self.eval_batch_size = eval_batch_size
         self.max_eval_pairs = max_eval_pairs
@@ -169,7 +174,6 @@ class PreferenceTrainer(BaseTrainer):
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.reference = self._build_reference(reference_path) if self.needs_reference else None
 
     def _check_data(self, parts: Components, batch_size: int) -> None:
@@ -333,7 +337,6 @@ class PreferenceTrainer(BaseTrainer):
     def train_step(self) -> dict[str, float]:
         start = time.perf_counter()
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         loss_total, items, tokens = 0.0, 0, 0
         sums: dict[str, float] = {}
         micro: list[dict[str, float]] = []  # each micro-batch's metrics
@@ -341,10 +344,7 @@ class PreferenceTrainer(BaseTrainer):
             batch = self._to_device(self.loader.next_batch())
             with self.precision.autocast():
                 out = self.objective(self._inputs(self.model, batch))
-            loss = out.loss_sum
-            if self.precision.scaler is not None:
-                loss = self.precision.scaler.scale(loss)
-            loss.backward()
+            self.backward(out.loss_sum)
             loss_total += out.loss_sum.item()
             items += out.num_items
             tokens += int(batch["attention_mask"].sum())
@@ -353,39 +353,18 @@ class PreferenceTrainer(BaseTrainer):
                 sums[k] = sums.get(k, 0.0) + v / self.grad_accum_steps
         if self.unpaired:  # means over desirable / undesirable examples, weighted by their counts
             sums = merge_unpaired_metrics(micro)
-        global_items = self.strategy.all_reduce_sum(float(items))
-        scale = self.context.world_size / max(global_items, 1.0)
-        for p in self._params:
-            if p.grad is not None:
-                p.grad.mul_(scale)
-        if self.precision.scaler is not None:
-            self.precision.scaler.unscale_(self.optimizer)
-        grad_norm = self._clip()
-        if self.precision.scaler is not None:
-            self.precision.scaler.step(self.optimizer)
-            self.precision.scaler.update()
-        else:
-            self.optimizer.step()
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scheduler is not None:
-            self.scheduler.step()
+        step = self.optimizer_step(loss_total, items)
         return {
-            "loss": loss_total / max(items, 1),
+            "loss": step["loss"],
             **sums,
             "accuracy": sums.get("rewards/label_accuracy" if self.unpaired else "rewards/accuracies", 0.0),
             "margin": sums.get("rewards/margins", 0.0),
-            "lr": lr,
-            "grad_norm": grad_norm,
+            "lr": step["lr"],
+            "grad_norm": step["grad_norm"],
             "num_tokens": tokens,
             "epoch": self.loader.epoch,
             "step_time": time.perf_counter() - start,
         }
-
-    def _clip(self) -> float:
-        if self.max_grad_norm and self.max_grad_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
-        norms = [p.grad.detach().norm() for p in self._params if p.grad is not None]
-        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
     # evaluation ---------------------------------------------------------------------------------
     def _eval_examples(self) -> list[dict[str, Any]]:
@@ -394,12 +373,8 @@ class PreferenceTrainer(BaseTrainer):
 
     def evaluate(self) -> dict[str, float]:
         metrics = super().evaluate()
-        model = self.strategy.unwrap(self.model)
-        was_training = model.training
-        model.eval()
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with self.eval_mode() as model, torch.random.fork_rng(devices=[]), torch.no_grad():
             metrics.update(self.preference_metrics(model, self._eval_examples()))
-        model.train(was_training)
         return metrics
 
     def _finish(self) -> dict[str, float]:
