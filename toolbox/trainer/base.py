@@ -51,6 +51,7 @@ from toolbox.core.atomic import atomic_write_text
 from toolbox.core.device import rng_state, set_rng_state
 from toolbox.core.errors import CheckpointError, ConfigError
 from toolbox.core.events import Event, EventBus
+from toolbox.core.registry import registered_name
 from toolbox.objectives.base import Objective
 from toolbox.trainer.checkpoint import Checkpointer
 
@@ -63,6 +64,10 @@ log = logging.getLogger(__name__)
 class BaseTrainer(ABC):
     #: the objective family this trainer accepts
     objective_family: type[Objective] = Objective
+    #: the builder makes ``parts.reference_model`` when this is set and the objective needs_reference
+    uses_reference: bool = False
+    #: the builder makes ``parts.engine`` (the run's ``engine`` node, else ``default_engine``)
+    uses_engine: bool = False
 
     def __init__(
         self,
@@ -112,13 +117,18 @@ class BaseTrainer(ABC):
             valid = [
                 n for n, obj in OBJECTIVES if isinstance(obj, type) and issubclass(obj, cls.objective_family)
             ]
-            name = getattr(type(parts.objective), "_registry_name", type(parts.objective).__name__)
+            name = registered_name(parts.objective)
             raise ConfigError(
                 f"objective: '{name}' is a {parts.objective.family} objective, but trainer "
-                f"'{getattr(cls, '_registry_name', cls.__name__)}' needs a {cls.objective_family.family} "
+                f"'{registered_name(cls)}' needs a {cls.objective_family.family} "
                 f"objective: choose one of {', '.join(valid) or '(none registered)'}."
             )
         return cls(parts, **settings)
+
+    @classmethod
+    def default_engine(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The engine spec of a trainer that ``uses_engine`` when the run selects none."""
+        return {"name": "torch"}
 
     # the skeleton ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
