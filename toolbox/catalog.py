@@ -5,26 +5,7 @@ from __future__ import annotations
 import inspect
 
 from toolbox.core.registry import Registry, component_fields
-
-# fields the builder injects: shown apart, never set in a config
-_INJECTED = {
-    "parts",
-    "context",
-    "corpus",
-    "tokenizer",
-    "model",
-    "optimizer",
-    "total_steps",
-    "device",
-    "vocab_size",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "in_dim",
-    "num_classes",
-    "obs_dim",
-    "num_actions",
-}
+from toolbox.experiment import INJECTED as _INJECTED  # the builder's one list
 
 
 def _summary(obj: object) -> str:

@@ -159,6 +159,13 @@ class Registry:
         return dict(sorted(cls._all.items()))
 
 
+def registered_name(obj: Any) -> str:
+    """The name a component (an instance, or its class or factory) is registered under, else its
+    class name."""
+    target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
+    return getattr(target, "_registry_name", target.__name__)
+
+
 # helpers ----------------------------------------------------------------------------------------
 def _plain(value: Any) -> Any:
     """OmegaConf containers to plain Python, so values can be type-checked and passed on."""
