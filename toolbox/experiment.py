@@ -124,6 +124,7 @@ MODEL_FACTS = TOKENIZER_FACTS + DATA_FACTS
 # (config key, registry attribute, injected names) of every single-component node
 COMPONENT_NODES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("model", "MODELS", frozenset(MODEL_FACTS)),
+    ("peft", "ADAPTERS", frozenset()),
     ("tokenizer", "TOKENIZERS", frozenset({"corpus"})),
     ("data.source", "SOURCES", frozenset()),
     ("data.dataset", "DATASETS", frozenset({"tokenizer"})),
@@ -144,6 +145,7 @@ COMPONENT_MAPS = (("callbacks", "CALLBACKS"), ("eval", "EVALUATORS"))
 TOP_LEVEL = {f.name for f in fields(RunSettings)}
 GROUP_KEYS = {
     "model",
+    "peft",
     "tokenizer",
     "data",
     "objective",
@@ -290,7 +292,12 @@ class ExperimentBuilder:
 
         facts = model_facts(tokenizer, splits.facts)
         seed_everything(cfg.seed)  # the model's init does not depend on what data building drew
-        model = strategy.prepare_model(MODELS.build(cfg.model, "model", **facts))
+        model = MODELS.build(cfg.model, "model", **facts)
+        if cfg.get("peft"):  # LoRA/DoRA through peft: only the adapter trains (toolbox/nn/adapters.py)
+            from toolbox.core.registries import ADAPTERS
+
+            model = ADAPTERS.build(cfg.peft, "peft").apply(model)
+        model = strategy.prepare_model(model)
         trainer_cls, settings = trainer_settings(cfg)
         optimizer = OPTIMIZERS.build(cfg.optimizer, "optimizer", model=model)
         scheduler = (
@@ -346,6 +353,10 @@ class ExperimentBuilder:
             spec = trainer_cls.default_engine(settings)
         if spec.get("path"):
             return ENGINES.build(spec, "engine")
+        from toolbox.nn.adapters import is_adapted, merged_copy
+
+        if is_adapted(policy):  # engines run plain models: a merged copy, synced after each update
+            policy = merged_copy(policy).eval()
         return ENGINES.build(spec, "engine", model=policy, tokenizer=tokenizer)
 
 

@@ -11,6 +11,7 @@ from toolbox.core.registry import Registry
 
 MODELS = Registry("model", modules=("toolbox.nn.models", "toolbox.rewards.learned"))
 LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
+ADAPTERS = Registry("adapter", modules=("toolbox.nn.adapters",))
 TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
 SOURCES = Registry("source", modules=("toolbox.data.sources", "toolbox.data.prepared"))
 DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))

@@ -52,6 +52,7 @@ from toolbox.core.device import rng_state, set_rng_state
 from toolbox.core.errors import CheckpointError, ConfigError
 from toolbox.core.events import Event, EventBus
 from toolbox.core.registry import registered_name
+from toolbox.nn.adapters import adapter_state_dict, is_adapted, with_base_weights
 from toolbox.objectives.base import Objective
 from toolbox.trainer.checkpoint import Checkpointer
 
@@ -259,9 +260,12 @@ class BaseTrainer(ABC):
 
     # checkpoints ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        model_state = self.strategy.model_state_dict(self.model)
+        if is_adapted(self.model):  # only the adapter: the base is rebuilt from the config
+            model_state = adapter_state_dict(self.model, model_state)
         return {
             "step": self.step,
-            "model": self.strategy.model_state_dict(self.model),
+            "model": model_state,
             "optimizer": self.strategy.optimizer_state_dict(self.model, self.optimizer),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "rng": rng_state(),
@@ -273,6 +277,8 @@ class BaseTrainer(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = state["step"]
+        if is_adapted(self.model) and "model" in state:
+            state = {**state, "model": with_base_weights(self.model, state["model"])}
         self.strategy.load_training_state(self.model, self.optimizer, state)  # any strategy, any world size
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])

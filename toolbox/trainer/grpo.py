@@ -41,6 +41,7 @@ import torch
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ADVANTAGES, TRAINERS
 from toolbox.data.loader import BatchLoader
+from toolbox.nn.adapters import is_adapted, merged_state_dict
 from toolbox.objectives.base import PolicyObjective
 from toolbox.objectives.logprobs import token_logprobs
 from toolbox.objectives.policy import PolicyBatch
@@ -349,6 +350,9 @@ class GRPOTrainer(BaseTrainer):
         """Make the engine generate with the current policy (a no-op for an engine sharing it)."""
         if self.shared_engine:
             self.engine.weights_updated()  # a fused optimizer step bumps no version counter
+            return
+        if is_adapted(self.policy):  # the engine runs the merged model
+            self.engine.update_weights(merged_state_dict(self.policy))
             return
         state = {n: p.detach() for n, p in self.policy.named_parameters()}
         self.engine.update_weights(state)

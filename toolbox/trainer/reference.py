@@ -15,7 +15,14 @@ import torch
 
 
 def frozen_reference(policy: torch.nn.Module, path: str | None, device: Any) -> torch.nn.Module:
-    """A copy of ``policy`` (or the model saved at ``path``) on ``device``, in eval mode, without grad."""
+    """A copy of ``policy`` (or the model saved at ``path``) on ``device``, in eval mode, without grad.
+
+    An adapted policy (peft) is its own reference with the adapters disabled: no copy at all.
+    """
+    from toolbox.nn.adapters import AdapterDisabledReference, is_adapted
+
+    if is_adapted(policy) and not path:
+        return AdapterDisabledReference(policy)
     if path:
         from transformers import AutoModelForCausalLM
 

@@ -12,7 +12,11 @@ from toolbox.core.registries import MODELS
 
 
 @MODELS.register("pretrained")
-def pretrained(path: str, dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32") -> nn.Module:
+def pretrained(
+    path: str,
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32",
+    quantization: Literal["4bit", "8bit"] | None = None,
+) -> nn.Module:
     """A causal LM loaded by ``transformers.AutoModelForCausalLM.from_pretrained``.
 
     Loads from a local directory written by ``save_pretrained`` (for example a run's
@@ -21,13 +25,33 @@ def pretrained(path: str, dtype: Literal["float32", "bfloat16", "float16", "auto
     Args:
         path: a local directory holding ``config.json`` and the weights, or a hub model id.
         dtype: dtype of the loaded weights; ``auto`` keeps the dtype they were saved in.
+        quantization: null, 4bit (NF4, bfloat16 compute) or 8bit: load the weights quantized with
+            bitsandbytes, for QLoRA (``peft=qlora``); needs bitsandbytes and a CUDA GPU.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+    from toolbox.nn.adapters import holds_adapter, load_adapted
+
+    if holds_adapter(path):  # a peft adapter folder: its base plus the adapter, merged
+        return load_adapted(path, dtype=torch_dtype)
+    extra = {}
+    if quantization is not None:
+        from transformers import BitsAndBytesConfig
+
+        from toolbox.nn.adapters import check_quantization_available
+
+        check_quantization_available(quantization)
+        extra["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=quantization == "4bit",
+            load_in_8bit=quantization == "8bit",
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+        extra["device_map"] = {"": 0}
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **extra)
     except (OSError, ValueError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if Path(path).expanduser().is_dir():

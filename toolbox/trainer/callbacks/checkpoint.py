@@ -61,4 +61,10 @@ class CheckpointCallback(Callback):
         sharded = getattr(trainer.strategy, "shards_model", False)
         state = trainer.strategy.full_model_state_dict(model) if sharded else None
         if trainer.context.is_main:
+            from toolbox.nn.adapters import export_adapted, is_adapted
+
+            if is_adapted(model):  # <run>/adapter, and the merged model (or the adapter) in <run>/model
+                merge = bool((trainer.cfg.get("peft") or {}).get("merge_on_export", True))
+                export_adapted(model, trainer.tokenizer, trainer.context.run_dir, self.export_dir, merge)
+                return
             export_pretrained(model, trainer.tokenizer, trainer.context.run_dir / self.export_dir, state)
