@@ -43,7 +43,7 @@ def loss_and_grads(model, forward, batch, objective=None):
     model.zero_grad(set_to_none=True)
     out = (objective or CausalLMLoss())(forward, batch)
     out.loss_sum.backward()
-    return out, {n: p.grad.clone() for n, p in model.named_parameters()}
+    return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def assert_same_gradients(grads, ref_grads):
@@ -181,3 +181,27 @@ def test_llama_layout_families_equal_the_models(architecture, settings) -> None:
 @pytest.mark.parametrize("architecture", ["gemma", "gpt2"])
 def test_other_families_fall_back_to_their_own_forward(architecture) -> None:
     assert training_forward(build_family(architecture)) is None
+
+
+@pytest.mark.parametrize("use_dora", [False, True])
+def test_lora_adapted_llama_equals_the_peft_models(use_dora) -> None:
+    """With LoRA/DoRA (random B, so the adapters matter): the lean loss and every trainable
+    gradient are the PeftModel's."""
+    from toolbox.nn.adapters import LoRA
+
+    model = LoRA(r=4, use_dora=use_dora, modules_to_save=["lm_head"]).apply(
+        build_llama(tie_word_embeddings=False)
+    )
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    fast = training_forward(model)
+    assert isinstance(fast, LlamaTrainingForward) and not fast.fused
+    batch = right_padded_batch()
+    ref, ref_grads = loss_and_grads(model, model, batch)
+    out, grads = loss_and_grads(model, fast, batch)
+    torch.testing.assert_close(out.loss_sum, ref.loss_sum, rtol=1e-6, atol=1e-6)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(grads[n] is not None for n in trainable)
+    assert_same_gradients({n: grads[n] for n in trainable}, {n: ref_grads[n] for n in trainable})

@@ -39,7 +39,12 @@ METRICS = (
 
 @pytest.fixture
 def kto_overrides(tiny_overrides):
-    return [*tiny_overrides, *UNPAIRED, "trainer.batch_size=8"]
+    return [
+        *tiny_overrides,
+        *UNPAIRED,
+        "trainer.batch_size=8",
+        "trainer.forward=model",
+    ]  # module hooks count rows
 
 
 def _build(overrides):

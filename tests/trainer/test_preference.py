@@ -83,7 +83,7 @@ class CountingForward:
 
 
 def test_one_concatenated_forward_per_model(pref_overrides):
-    parts = _build([*pref_overrides, "trainer.max_steps=1"])
+    parts = _build([*pref_overrides, "trainer.max_steps=1", "trainer.forward=model"])  # the modules' forwards
     policy, reference = CountingForward(parts.model), CountingForward(parts.trainer.reference)
     parts.trainer.train_step()
     assert policy.calls == 1 and policy.rows == [16]  # 8 chosen + 8 rejected rows
@@ -93,7 +93,14 @@ def test_one_concatenated_forward_per_model(pref_overrides):
 
 def test_precomputed_reference_gives_the_same_step(pref_overrides):
     live = _build([*pref_overrides, "trainer.max_steps=1"])
-    pre = _build([*pref_overrides, "trainer.max_steps=1", "trainer.precompute_ref_logprobs=true"])
+    pre = _build(
+        [
+            *pref_overrides,
+            "trainer.max_steps=1",
+            "trainer.precompute_ref_logprobs=true",
+            "trainer.forward=model",
+        ]
+    )
     pre.trainer.setup()
     assert pre.trainer.reference is None and pre.reference_model is None  # freed
     assert "ref_chosen_logps" in pre.trainer.train_examples[0]
@@ -131,7 +138,7 @@ def test_other_pair_losses_run(pref_overrides, objective):
 
 
 def test_kto_scores_mismatched_pairs(pref_overrides):
-    parts = _build([*pref_overrides, "objective=kto", "trainer.max_steps=1"])
+    parts = _build([*pref_overrides, "objective=kto", "trainer.max_steps=1", "trainer.forward=model"])
     policy = CountingForward(parts.model)
     metrics = parts.trainer.train_step()
     assert policy.rows == [24]  # chosen, rejected, mismatched

@@ -1,6 +1,8 @@
 """A leaner training forward for Hugging Face Llama-layout models: the same weights, fewer ops.
 
-It covers Llama, Mistral, Qwen2 (biases on q/k/v) and Qwen3 (RMSNorm on each head's q and k).
+It covers Llama, Mistral, Qwen2 (biases on q/k/v) and Qwen3 (RMSNorm on each head's q and k),
+and the same models with LoRA or DoRA adapters (peft): then q, k and v go through the adapted
+projection modules one by one instead of one fused product.
 ``exact`` mode is bitwise transformers' loss and gradients, except Qwen3's q/k-norm weight
 gradients, whose sums over positions reduce in another order (equal within ~1e-8).
 
@@ -47,9 +49,10 @@ class LlamaTrainingForward:
     losses and gradients are bitwise those of the model's forward.
     """
 
-    def __init__(self, model: nn.Module, exact: bool = False) -> None:
+    def __init__(self, model: nn.Module, exact: bool = False, fused: bool = True) -> None:
         self.model = model
         self.exact = exact
+        self.fused = fused and not exact  # one product for q/k/v; off for adapted (LoRA) projections
         self.accepts_logits_mask = not exact
         config = model.config
         self.num_heads = config.num_attention_heads
@@ -128,7 +131,7 @@ class LlamaTrainingForward:
         batch, length, _ = x.shape
         attn = layer.self_attn
         h = _rms_norm(x, layer.input_layernorm)
-        if self.exact:  # transformers' own op order: bitwise its gradients
+        if not self.fused:  # the projection modules themselves (transformers' op order; LoRA layers)
             q, k, v = (
                 proj(h).view(batch, length, -1, self.head_dim)
                 for proj in (attn.q_proj, attn.k_proj, attn.v_proj)
@@ -181,8 +184,11 @@ class LlamaTrainingForward:
         valid = (torch.arange(width, device=x.device) < counts[:, None]).flatten().nonzero().squeeze(1)
         rows = (slots + torch.arange(batch, device=x.device)[:, None] * length).flatten()
         h = _rms_norm(x, layer.input_layernorm).flatten(0, 1)  # [batch * length, hidden]
-        kv = F.linear(h, *self._fused(attn, ("k_proj", "v_proj"))).view(batch, length, -1, self.head_dim)
-        k, v = kv.split((self.num_kv_heads, self.num_kv_heads), dim=2)
+        if self.fused:
+            kv = F.linear(h, *self._fused(attn, ("k_proj", "v_proj"))).view(batch, length, -1, self.head_dim)
+            k, v = kv.split((self.num_kv_heads, self.num_kv_heads), dim=2)
+        else:
+            k, v = (proj(h).view(batch, length, -1, self.head_dim) for proj in (attn.k_proj, attn.v_proj))
         q = attn.q_proj(h.index_select(0, rows)).view(batch, width, -1, self.head_dim)
         q, k = self._head_norms(attn, q, k)
         k, v = _rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
@@ -204,6 +210,16 @@ def training_forward(model: Any, exact: bool = False) -> LlamaTrainingForward | 
     ``exact``: keep transformers' order of operations, so losses and gradients are bitwise those
     of the model's own forward (no fused q/k/v, no skipped positions); a little slower.
     """
+    from toolbox.nn.adapters import is_adapted
+
+    if is_adapted(model):  # LoRA/DoRA: the same forward over the base, calling the adapted projections
+        base = model.get_base_model()
+        if not getattr(model, "active_adapters", None) or any(
+            getattr(model.peft_config[name], "peft_type", None) != "LORA" for name in model.active_adapters
+        ):
+            return None
+        lean = training_forward(base, exact=exact)
+        return None if lean is None else LlamaTrainingForward(base, exact=exact, fused=False)
     if not type(model).__module__.startswith("transformers."):  # no transformers import for others
         return None
     import transformers

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -43,6 +43,7 @@ from toolbox.core.registry import registered_name
 from toolbox.data.collators.preference import PreferenceCollator
 from toolbox.data.collators.unpaired_preference import UnpairedPreferenceCollator
 from toolbox.data.loader import BatchLoader
+from toolbox.nn.llama_training import LlamaTrainingForward, training_forward
 from toolbox.objectives.base import PreferenceObjective
 from toolbox.objectives.logprobs import selective_log_softmax
 from toolbox.objectives.preference import PreferenceLogps
@@ -57,10 +58,16 @@ log = logging.getLogger(__name__)
 def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row sums of the completion tokens' log-probs, and the completion lengths (``[R]`` each)."""
     ids, mask = batch["input_ids"], batch["completion_mask"]
-    logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits
     scored = mask[:, 1:].bool()
+    if isinstance(model, LlamaTrainingForward):  # logits only where scored (exact: all, then picked)
+        keep = torch.zeros_like(mask, dtype=torch.bool)
+        keep[:, :-1] = scored
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], logits_mask=keep).logits
+    else:
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits
+        logits = logits[:, :-1][scored]
     per_token = torch.zeros(scored.shape, dtype=torch.float32, device=ids.device)
-    per_token[scored] = selective_log_softmax(logits[:, :-1][scored], ids[:, 1:][scored])
+    per_token[scored] = selective_log_softmax(logits, ids[:, 1:][scored])
     return per_token.sum(-1), scored.sum(-1).float()
 
 
@@ -120,6 +127,10 @@ class PreferenceTrainer(BaseTrainer):
             policy as built).
         eval_batch_size: pairs per forward pass when evaluating.
         max_eval_pairs: evaluate on the first this many held-out pairs (null: all).
+        forward: how a Hugging Face Llama-layout policy (and a frozen reference) computes its
+            log-probs: ``lean`` (the lean training forward, logits only at completion tokens),
+            ``exact`` (the lean forward in transformers' op order: bitwise the model's numbers) or
+            ``model`` (the model's own forward); see ``trainer=supervised``.
     """
 
     objective_family = PreferenceObjective
@@ -139,6 +150,7 @@ class PreferenceTrainer(BaseTrainer):
         reference_path: str | None = None,
         eval_batch_size: int = 64,
         max_eval_pairs: int | None = None,
+        forward: Literal["lean", "exact", "model"] = "lean",
     ) -> None:
         super().__init__(
             parts,
@@ -185,6 +197,17 @@ class PreferenceTrainer(BaseTrainer):
             raise ConfigError(
                 "the preference trainer needs parts.reference_model; build it with ExperimentBuilder."
             )
+        # what computes the policy's (and a frozen reference's) log-probs: the lean forward where one
+        # covers the model, else the model; checkpoints always save the model
+        lean = forward != "model" and not self.uses_scores
+        self._forward = (
+            training_forward(self.model, exact=forward == "exact") if lean else None
+        ) or self.model
+        self._reference_forward = self.reference
+        if self.reference is not None and lean:
+            self._reference_forward = (
+                training_forward(self.reference, exact=forward == "exact") or self.reference
+            )
 
     def _check_data(self, parts: Components, batch_size: int) -> None:
         """Fail fast on data the objective or the collator cannot take (before any batch is drawn)."""
@@ -221,7 +244,9 @@ class PreferenceTrainer(BaseTrainer):
             for examples in (self.train_examples, self.eval_examples):
                 self._precompute(examples)
             if not self.mismatched:  # KTO's mismatched rows change per batch: keep it for them
-                self.reference = None  # every pair carries its reference log-probs now
+                self.reference = self._reference_forward = (
+                    None  # every pair carries its reference log-probs now
+                )
                 self.parts.release_reference()
 
     def _collate(self, examples: list[dict[str, Any]], mismatched: bool | None = None) -> dict[str, Any]:
@@ -236,7 +261,9 @@ class PreferenceTrainer(BaseTrainer):
         with self.precision.autocast():
             for start in range(0, len(examples), self.eval_batch_size):
                 chunk = examples[start : start + self.eval_batch_size]
-                sums, _ = completion_logps(self.reference, self._to_device(self._collate(chunk, False)))
+                sums, _ = completion_logps(
+                    self._reference_forward, self._to_device(self._collate(chunk, False))
+                )
                 n = len(chunk)
                 for i, ex in enumerate(chunk):
                     if self.unpaired:
@@ -262,7 +289,7 @@ class PreferenceTrainer(BaseTrainer):
         if first_row:
             rows = {k: batch[k][first_row:] for k in ("input_ids", "attention_mask", "completion_mask")}
         with torch.no_grad():
-            return completion_logps(self.reference, rows)[0]
+            return completion_logps(self._reference_forward, rows)[0]
 
     def _unpaired_inputs(self, model: Any, batch: dict[str, Any]) -> PreferenceLogps:
         """Unpaired examples: per-example sums under the policy and the reference, the labels, and
@@ -324,7 +351,7 @@ class PreferenceTrainer(BaseTrainer):
         for _ in range(self.grad_accum_steps):
             batch = self._to_device(self.loader.next_batch())
             with self.precision.autocast():
-                out = self.objective(self._inputs(self.model, batch))
+                out = self.objective(self._inputs(self._forward, batch))
             self.backward(out.loss_sum)
             loss_total += out.loss_sum.item()
             items += out.num_items
