@@ -80,6 +80,20 @@ def test_lora_dpo_reference_is_the_policy_with_adapters_disabled(tiny_overrides,
     parts = _build(run)
     assert isinstance(parts.reference_model, AdapterDisabledReference)
     assert list(parts.reference_model.parameters()) == []  # no second copy of the weights
+    from toolbox.trainer.preference import completion_logps
+
+    with torch.no_grad():  # a random adapter: the lean reference (adapters off) = the model's, ≠ the policy
+        for name, p in parts.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    batch = parts.trainer._to_device(parts.trainer.loader.next_batch())
+    lean, plain = (
+        completion_logps(parts.trainer._reference_forward, batch),
+        completion_logps(parts.reference_model, batch),
+    )
+    torch.testing.assert_close(lean[0], plain[0], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(completion_logps(parts.model, batch)[0], plain[0])
+    parts = _build(run)
     losses = []
     parts.trainer.bus.subscribe(Event.STEP_END, lambda d: losses.append(d.metrics["loss"]))
     parts.trainer.fit()

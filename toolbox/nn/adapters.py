@@ -20,9 +20,10 @@ anything is built, naming what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -190,23 +191,30 @@ class AdapterDisabledReference(nn.Module):
     and no memory.
     """
 
-    def __init__(self, policy: nn.Module) -> None:
+    def __init__(self, policy: nn.Module, forward: Any = None) -> None:
         super().__init__()
         self.__dict__["policy"] = policy  # not a submodule: nothing to save, move or count
+        self.__dict__["inner"] = forward or policy  # what computes the logits (a lean forward, or it)
 
     @property
     def config(self) -> Any:
         return self.policy.config
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    @contextlib.contextmanager
+    def disabled(self) -> Iterator[None]:
+        """The policy with its adapters off, in eval mode and without grad, for the ``with`` block."""
         policy = getattr(self.policy, "module", self.policy)
         was_training = policy.training
         policy.eval()
         try:
             with torch.no_grad(), policy.disable_adapter():
-                return policy(*args, **kwargs)
+                yield
         finally:
             policy.train(was_training)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.disabled():
+            return self.inner(*args, **kwargs)
 
 
 def merged_copy(model: nn.Module) -> nn.Module:

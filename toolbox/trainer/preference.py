@@ -43,6 +43,7 @@ from toolbox.core.registry import registered_name
 from toolbox.data.collators.preference import PreferenceCollator
 from toolbox.data.collators.unpaired_preference import UnpairedPreferenceCollator
 from toolbox.data.loader import BatchLoader
+from toolbox.nn.adapters import AdapterDisabledReference
 from toolbox.nn.llama_training import LlamaTrainingForward, training_forward
 from toolbox.objectives.base import PreferenceObjective
 from toolbox.objectives.logprobs import selective_log_softmax
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 
 def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row sums of the completion tokens' log-probs, and the completion lengths (``[R]`` each)."""
+    if isinstance(model, AdapterDisabledReference):  # the policy's own (lean) forward, adapters off
+        with model.disabled():
+            return completion_logps(model.inner, batch)
     ids, mask = batch["input_ids"], batch["completion_mask"]
     scored = mask[:, 1:].bool()
     if isinstance(model, LlamaTrainingForward):  # logits only where scored (exact: all, then picked)
@@ -204,7 +208,9 @@ class PreferenceTrainer(BaseTrainer):
             training_forward(self.model, exact=forward == "exact") if lean else None
         ) or self.model
         self._reference_forward = self.reference
-        if self.reference is not None and lean:
+        if isinstance(self.reference, AdapterDisabledReference) and self._forward is not self.model:
+            self._reference_forward = AdapterDisabledReference(self.model, forward=self._forward)
+        elif self.reference is not None and lean:
             self._reference_forward = (
                 training_forward(self.reference, exact=forward == "exact") or self.reference
             )
