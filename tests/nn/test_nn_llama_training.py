@@ -197,7 +197,7 @@ def test_lora_adapted_llama_equals_the_peft_models(use_dora) -> None:
             if "lora_B" in name:
                 p.normal_(0, 0.1)
     fast = training_forward(model)
-    assert isinstance(fast, LlamaTrainingForward) and not fast.fused
+    assert isinstance(fast, LlamaTrainingForward) and fast.fused == (not use_dora)  # DoRA: module by module
     batch = right_padded_batch()
     ref, ref_grads = loss_and_grads(model, model, batch)
     out, grads = loss_and_grads(model, fast, batch)
@@ -205,3 +205,7 @@ def test_lora_adapted_llama_equals_the_peft_models(use_dora) -> None:
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(grads[n] is not None for n in trainable)
     assert_same_gradients({n: grads[n] for n in trainable}, {n: ref_grads[n] for n in trainable})
+    with model.disable_adapter():  # the base alone, as the preference reference reads it
+        torch.testing.assert_close(
+            fast(batch["input_ids"]).logits, model(batch["input_ids"]).logits, rtol=1e-5, atol=1e-5
+        )

@@ -49,10 +49,13 @@ class LlamaTrainingForward:
     losses and gradients are bitwise those of the model's forward.
     """
 
-    def __init__(self, model: nn.Module, exact: bool = False, fused: bool = True) -> None:
+    def __init__(self, model: nn.Module, exact: bool = False) -> None:
         self.model = model
         self.exact = exact
-        self.fused = fused and not exact  # one product for q/k/v; off for adapted (LoRA) projections
+        # plain LoRA on q, k and v (no DoRA, no dropout, unmerged): fused like plain projections
+        self.lora = _lora_fusable(model)
+        # one product for q/k/v; other adapted projections go through their modules one by one
+        self.fused = not exact and (self.lora or not _adapted_projections(model))
         self.accepts_logits_mask = not exact
         config = model.config
         self.num_heads = config.num_attention_heads
@@ -140,7 +143,7 @@ class LlamaTrainingForward:
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         else:
-            qkv = F.linear(h, *self._fused(attn, ("q_proj", "k_proj", "v_proj"))).view(
+            qkv = self._project(attn, ("q_proj", "k_proj", "v_proj"), h).view(
                 batch, length, -1, self.head_dim
             )
             q, k, v = qkv.split((self.num_heads, self.num_kv_heads, self.num_kv_heads), dim=2)
@@ -155,11 +158,25 @@ class LlamaTrainingForward:
         x = x + attn.o_proj(o.transpose(1, 2).reshape(batch, length, -1))
         return x + _mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm))
 
-    def _fused(self, attn: nn.Module, names: tuple[str, ...]) -> tuple[Tensor, Tensor | None]:
-        """The weights (and biases) of several projections as one matrix, for one product."""
+    def _project(self, attn: nn.Module, names: tuple[str, ...], h: Tensor) -> Tensor:
+        """Several projections of ``h`` in one product over their concatenated weights (and biases);
+        LoRA projections add their updates, the down-projections of all of them in one product too."""
         projs = [getattr(attn, n) for n in names]
-        bias = torch.cat([p.bias for p in projs]) if self.qkv_bias else None
-        return torch.cat([p.weight for p in projs]), bias
+        if not self.lora:
+            bias = torch.cat([p.bias for p in projs]) if self.qkv_bias else None
+            return F.linear(h, torch.cat([p.weight for p in projs]), bias)
+        base = [p.base_layer for p in projs]
+        bias = torch.cat([b.bias for b in base]) if self.qkv_bias else None
+        out = F.linear(h, torch.cat([b.weight for b in base]), bias)
+        if projs[0].disable_adapters:  # inside peft's disable_adapter(): the base model alone
+            return out
+        name = projs[0].active_adapters[0]
+        down = F.linear(h, torch.cat([p.lora_A[name].weight for p in projs]))  # [..., sum of ranks]
+        ups = [
+            F.linear(a, p.lora_B[name].weight) * p.scaling[name]
+            for p, a in zip(projs, down.split([p.r[name] for p in projs], dim=-1), strict=True)
+        ]
+        return out + torch.cat(ups, dim=-1)
 
     def _head_norms(self, attn: nn.Module, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Qwen3's RMSNorm over each head of q and k (``[batch, length, heads, head_dim]``)."""
@@ -185,7 +202,7 @@ class LlamaTrainingForward:
         rows = (slots + torch.arange(batch, device=x.device)[:, None] * length).flatten()
         h = _rms_norm(x, layer.input_layernorm).flatten(0, 1)  # [batch * length, hidden]
         if self.fused:
-            kv = F.linear(h, *self._fused(attn, ("k_proj", "v_proj"))).view(batch, length, -1, self.head_dim)
+            kv = self._project(attn, ("k_proj", "v_proj"), h).view(batch, length, -1, self.head_dim)
             k, v = kv.split((self.num_kv_heads, self.num_kv_heads), dim=2)
         else:
             k, v = (proj(h).view(batch, length, -1, self.head_dim) for proj in (attn.k_proj, attn.v_proj))
@@ -219,7 +236,7 @@ def training_forward(model: Any, exact: bool = False) -> LlamaTrainingForward | 
         ):
             return None
         lean = training_forward(base, exact=exact)
-        return None if lean is None else LlamaTrainingForward(base, exact=exact, fused=False)
+        return None if lean is None else LlamaTrainingForward(base, exact=exact)
     if not type(model).__module__.startswith("transformers."):  # no transformers import for others
         return None
     import transformers
@@ -259,3 +276,34 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 def _mlp(mlp: nn.Module, x: Tensor) -> Tensor:
     # (one gate/up product over concatenated weights measured no faster here)
     return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+
+
+_QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def _adapted_projections(model: nn.Module) -> bool:
+    """Whether the attention projections carry peft adapters (then ``.weight`` is the base's only)."""
+    attn = model.model.layers[0].self_attn
+    return any(hasattr(getattr(attn, n), "base_layer") for n in _QKV)
+
+
+def _lora_fusable(model: nn.Module) -> bool:
+    """Plain LoRA on q, k and v of every layer: one active adapter, no DoRA, no dropout, not merged."""
+    for layer in model.model.layers:
+        for name in _QKV:
+            proj = getattr(layer.self_attn, name)
+            if (
+                not hasattr(proj, "lora_A")
+                or getattr(proj, "merged", False)
+                or getattr(proj, "disable_adapters", False)
+            ):
+                return False
+            active = list(getattr(proj, "active_adapters", []))
+            if len(active) != 1 or active[0] not in proj.lora_A:
+                return False
+            adapter = active[0]
+            if proj.use_dora.get(adapter, False) or not isinstance(proj.lora_dropout[adapter], nn.Identity):
+                return False
+            if getattr(proj, "lora_bias", {}).get(adapter, False):
+                return False
+    return True
