@@ -173,6 +173,7 @@ def validate_config(cfg: DictConfig) -> None:
     """Check every key and type of a composed config before anything is built."""
     from toolbox.core.registry import validate_kwargs
 
+    _check_required(cfg)
     unknown = set(cfg.keys()) - TOP_LEVEL - GROUP_KEYS
     for key in sorted(unknown):
         close = difflib.get_close_matches(key, sorted(TOP_LEVEL | GROUP_KEYS), n=1)
@@ -201,6 +202,32 @@ def validate_config(cfg: DictConfig) -> None:
     cls = _registry("TRAINERS").get(trainer.get("name"), path="trainer.name")
     settings = {k: v for k, v in OmegaConf.to_container(trainer, resolve=True).items() if k != "name"}
     validate_kwargs(cls, settings, "trainer", f"trainer '{trainer.name}'", TRAINER_INJECTED)
+
+
+def _check_required(cfg: DictConfig) -> None:
+    """A value a config file leaves as ``???`` must be given: name it, with its field's doc."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if not missing:
+        return
+    key = missing[0]
+    doc = ""
+    nodes = [(k, attr) for k, attr, _ in COMPONENT_NODES] + [("trainer", "TRAINERS")]
+    for node_key, attr in sorted(nodes, key=lambda n: -len(n[0])):
+        node = _node(cfg, node_key) if key.startswith(node_key + ".") else None
+        if node is None or "name" not in node:
+            continue
+        leaf = key[len(node_key) + 1 :]
+        try:
+            docs = {f.name: f.doc for f in _registry(attr).fields(node.name)}
+        except ConfigError:
+            break
+        kind = _registry(attr).kind
+        doc = f" ({kind} '{node.name}', {leaf}: {docs[leaf].rstrip('.')})" if docs.get(leaf) else ""
+        break
+    others = f" (also unset: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+    raise ConfigError(
+        f"{key} is required{doc}; set {key}=... on the command line or in the experiment{others}."
+    )
 
 
 # building -----------------------------------------------------------------------------------------
@@ -381,6 +408,42 @@ def _tokenizer_facts(tokenizer: Any) -> dict[str, Any]:
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
+
+
+def compose_run(
+    overrides: Sequence[str] = (),
+    config_file: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    validate: bool = True,
+) -> DictConfig:
+    """The config a stage runs with; ``toolbox compose``, ``train``, ``launch``, ``data`` and ``eval``
+    all come through here.
+
+    ``config_file`` (``--config``: a composed config.yaml) with key=value ``overrides`` on top, or a
+    config composed anew from the overrides; then ``run_dir`` (``--out``), ``data_dir`` (``--data``:
+    the output of ``toolbox data``) and, unless ``validate=False``, :func:`validate_config`.
+    """
+    overrides = list(overrides)
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(
+                f"--config: {path} does not exist; write one with `toolbox compose --out {path}`."
+            )
+        bad = [o for o in overrides if "=" not in o or o.split("=", 1)[0].startswith(("+", "~"))]
+        if bad:
+            raise ConfigError(f"with --config only key=value overrides apply; got {bad[0]!r}.")
+        cfg = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(overrides))
+    else:
+        cfg = load_config(overrides)
+    if run_dir:
+        cfg.run_dir = str(run_dir)
+    if data_dir:
+        use_prepared_data(cfg, data_dir)
+    if validate:
+        validate_config(cfg)
+    return cfg
 
 
 def use_prepared_data(cfg: DictConfig, data_dir: str | Path) -> DictConfig:
