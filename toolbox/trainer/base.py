@@ -2,7 +2,8 @@
 
 ::
 
-    _prepare_run   write config.yaml · resume (resume_from=auto) · setup()
+    _prepare_run   resume (resume_from=auto) · write config.yaml · setup()
+                   (a failed resume writes nothing; a resumed FINISHED run returns at once)
     loop:
       STEP_START → train_step() → STEP_END(metrics)     # subclasses customise train_step
       every eval_every → evaluate() → EVAL_END
@@ -133,31 +134,45 @@ class BaseTrainer(ABC):
 
     # the skeleton ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
-        resumed_from = self._prepare_run()
-        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=resumed_from)
-        while self.step < self.max_steps and not self.should_stop:
-            self.bus.emit(Event.STEP_START, self, self.step + 1)
-            metrics = self.train_step()
-            if self.scheduler is not None:  # once per train step, after it: the step used the lr it reports
-                self.scheduler.step()
-            self.step += 1
-            self.bus.emit(Event.STEP_END, self, self.step, metrics)
-            if self.eval_every and self.step % self.eval_every == 0 and self.step < self.max_steps:
-                self._evaluate()
-            if self.save_every and self.step % self.save_every == 0 and self.step < self.max_steps:
-                self.save_checkpoint()
-            if self.context.world_size > 1:  # one rank's stop request (early stopping) stops them all
-                self.should_stop = self.strategy.all_reduce_sum(float(self.should_stop)) > 0
-        return self._finish()
+        try:
+            resumed_from = self._prepare_run()
+            if resumed_from is not None and self.step >= self.max_steps:
+                # resumed from its final checkpoint: nothing to train, so nothing is written or appended
+                log.info("the run in %s finished at step %d; nothing to do", self.context.run_dir, self.step)
+                self.strategy.barrier()
+                return dict(self.last_eval)
+            self.bus.emit(Event.FIT_START, self, self.step, resumed_from=resumed_from)
+            while self.step < self.max_steps and not self.should_stop:
+                self.bus.emit(Event.STEP_START, self, self.step + 1)
+                metrics = self.train_step()
+                if (
+                    self.scheduler is not None
+                ):  # once per train step, after it: the step used the lr it reports
+                    self.scheduler.step()
+                self.step += 1
+                self.bus.emit(Event.STEP_END, self, self.step, metrics)
+                if self.eval_every and self.step % self.eval_every == 0 and self.step < self.max_steps:
+                    self._evaluate()
+                if self.save_every and self.step % self.save_every == 0 and self.step < self.max_steps:
+                    self.save_checkpoint()
+                if self.context.world_size > 1:  # one rank's stop request (early stopping) stops them all
+                    self.should_stop = self.strategy.all_reduce_sum(float(self.should_stop)) > 0
+            return self._finish()
+        finally:
+            self.teardown()
 
     def _prepare_run(self) -> int | None:
+        """Resume, then write config.yaml and call ``setup``: a resume that fails (no usable
+        checkpoint) leaves the run's files as they were, and a finished run is not touched."""
+        resumed_from = self._resume(self.cfg.get("resume_from"))
+        if resumed_from is not None and self.step >= self.max_steps:
+            return resumed_from
         run_dir = Path(self.context.run_dir)
         if self.context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             from omegaconf import OmegaConf
 
             atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
-        resumed_from = self._resume(self.cfg.get("resume_from"))
         self.setup()
         return resumed_from
 
@@ -180,6 +195,9 @@ class BaseTrainer(ABC):
     # hooks for subclasses -------------------------------------------------------------------------
     def setup(self) -> None:
         """Called once after resuming, before the first step."""
+
+    def teardown(self) -> None:
+        """Called once when ``fit`` ends, however it ends (release engines, threads)."""
 
     @abstractmethod
     def train_step(self) -> dict[str, float]:
@@ -273,6 +291,7 @@ class BaseTrainer(ABC):
                 type(cb).__name__: cb.state_dict() for cb in self.callbacks if hasattr(cb, "state_dict")
             },
             "extra": self.extra_state(),
+            "last_eval": dict(self.last_eval),  # what fit() returns when a finished run is resumed
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -286,6 +305,7 @@ class BaseTrainer(ABC):
             if hasattr(cb, "load_state_dict") and type(cb).__name__ in state["callbacks"]:
                 cb.load_state_dict(state["callbacks"][type(cb).__name__])
         self.load_extra_state(state["extra"])
+        self.last_eval = dict(state.get("last_eval") or {})
         set_rng_state(self.strategy.rank_rng_state(state))
 
     def save_checkpoint(self) -> Path | None:

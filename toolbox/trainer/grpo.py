@@ -368,8 +368,6 @@ class GRPOTrainer(BaseTrainer):
     def setup(self) -> None:
         self.sync_weights()  # a resumed policy's weights into a separate engine
 
-    def _finish(self) -> dict[str, float]:
-        try:
-            return super()._finish()
-        finally:
+    def teardown(self) -> None:
+        if self.engine is not None:
             self.engine.shutdown()

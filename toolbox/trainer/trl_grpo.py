@@ -162,8 +162,5 @@ class TRLGRPOTrainer(GRPOTrainer):
         self.step = int(trainer.state.global_step)
         return self._finish()
 
-    def _finish(self) -> dict[str, float]:
-        return super(GRPOTrainer, self)._finish()
-
     def setup(self) -> None:
         pass
