@@ -80,6 +80,8 @@ class GRPOTrainer(BaseTrainer):
         minibatch_size: completions per optimizer step (null: all of the round's, one step per epoch).
         micro_batch_size: completions per forward/backward inside a minibatch (null: the minibatch).
         max_grad_norm: clip the global gradient norm to this (0 disables clipping).
+        activation_checkpointing: recompute each layer's activations in the backward pass instead
+            of storing them (Hugging Face models): less memory for about one more forward.
         eval_every: run the evaluators every this many rounds (0: only at the end).
         save_every: save a checkpoint every this many rounds (0: only at the end).
         shuffle: visit the prompts in a seeded random order each epoch.
@@ -124,6 +126,7 @@ class GRPOTrainer(BaseTrainer):
         reference_path: str | None = None,
         prompt_field: str = "prompt",
         seed_sampling: bool = True,
+        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__(
             parts,
@@ -131,6 +134,7 @@ class GRPOTrainer(BaseTrainer):
             eval_every=eval_every,
             save_every=save_every,
             max_grad_norm=max_grad_norm,
+            activation_checkpointing=activation_checkpointing,
         )
         rows = prompts_per_step * num_generations
         if prompts_per_step < 1 or num_generations < 1 or max_completion_length < 1 or ppo_epochs < 1:

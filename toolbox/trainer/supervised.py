@@ -30,6 +30,8 @@ class SupervisedTrainer(BaseTrainer):
         batch_size: examples per micro-batch (per process).
         grad_accum_steps: micro-batches per optimizer step.
         max_grad_norm: clip the global gradient norm to this (0 disables clipping).
+        activation_checkpointing: recompute each layer's activations in the backward pass instead
+            of storing them (Hugging Face models): less memory for about one more forward.
         eval_every: run the evaluators every this many steps (0: only at the end).
         save_every: save a checkpoint every this many steps (0: only at the end).
         shuffle: visit the training set in a seeded random order each epoch.
@@ -53,6 +55,7 @@ class SupervisedTrainer(BaseTrainer):
         save_every: int = 0,
         shuffle: bool = True,
         forward: Literal["lean", "exact", "model"] = "lean",
+        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__(
             parts,
@@ -60,6 +63,7 @@ class SupervisedTrainer(BaseTrainer):
             eval_every=eval_every,
             save_every=save_every,
             max_grad_norm=max_grad_norm,
+            activation_checkpointing=activation_checkpointing,
         )
         self.grad_accum_steps = grad_accum_steps
         ctx = self.context
