@@ -1,0 +1,168 @@
+"""Approximate search: an HNSW graph from hnswlib.
+
+Why hnswlib (measured here, ``python benchmarks/memory.py libraries``, JSON in
+``benchmarks/results/memory_libraries.json``): faiss-cpu, usearch and hnswlib were built on the same
+100k × 384 clustered vectors with the same graph settings (M=16, ef_construction=100) and searched
+one query at a time. faiss's ``IndexHNSWFlat`` answered fastest, hnswlib close behind, usearch
+(float32) slower; but an episodic memory deletes, updates and evicts items all the time, and of the
+three only hnswlib does all of that natively on an HNSW graph: ``mark_deleted`` plus
+``replace_deleted`` reuse a deleted slot, ``add_items`` on a live label replaces its vector, and
+``knn_query(filter=...)`` restricts a search to the items a metadata filter allows. faiss's HNSW
+cannot remove a vector (``remove_ids`` is not implemented for it), so deletes would pile up as
+tombstones until a full rebuild; usearch removes, but its Python search takes no filter, and its
+int8 mode (the fast one) lost recall@10 below 0.95 on this data.
+
+Restricted searches (``allowed``): up to ``exact_below`` allowed ids are scored exactly (a gather
+and a matmul, so a narrow filter never misses an item); beyond that, hnswlib walks the graph with
+the filter as a predicate, and any query it cannot fill falls back to the exact search.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from toolbox.core.registries import VECTOR_INDEXES
+from toolbox.memory.index.base import VectorIndex, as_matrix
+
+
+@VECTOR_INDEXES.register("hnsw")
+class HnswIndex(VectorIndex):
+    """HNSW graph (hnswlib, inner product) with native deletes, updates and filtered search.
+
+    Args:
+        dim: vector dimension (set by the store from its embedder).
+        M: graph degree; more links, better recall, more memory (hnswlib's ``M``).
+        ef_construction: candidate list size while inserting; higher builds a better graph.
+        ef_search: candidate list size while searching (raised to ``k`` when smaller); the
+            recall/latency knob.
+        threads: threads for batched adds (0: all cores); single queries use one thread.
+        exact_below: restricted searches over at most this many ids are exact.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        M: int = 16,
+        ef_construction: int = 100,
+        ef_search: int = 64,
+        threads: int = 0,
+        exact_below: int = 20000,
+    ) -> None:
+        super().__init__(dim)
+        import hnswlib
+
+        self.M, self.ef_construction, self.ef_search = M, ef_construction, ef_search
+        self.threads = threads if threads > 0 else (os.cpu_count() or 1)
+        self.exact_below = exact_below
+        self._index = hnswlib.Index(space="ip", dim=dim)
+        self._index.init_index(
+            max_elements=1024, M=M, ef_construction=ef_construction, allow_replace_deleted=True
+        )
+        self._live: set[int] = set()
+        self._deleted: set[int] = set()  # labels marked deleted (their slots may since be reused)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def _reserve(self, n: int) -> None:
+        # deleted slots are reused (replace_deleted), so capacity only has to cover the live count
+        cap = self._index.get_max_elements()
+        if n > cap:
+            self._index.resize_index(max(n, 2 * cap))
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        vectors = as_matrix(vectors, self.dim)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) != len(vectors):
+            raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
+        if len(ids) == 0:
+            return
+        # one label once per call: hnswlib would insert duplicates of a batch concurrently
+        last = {i: j for j, i in enumerate(ids.tolist())}
+        if len(last) != len(ids):
+            keep = np.fromiter(last.values(), dtype=np.int64)
+            ids, vectors = ids[keep], vectors[keep]
+        self._reserve(len(self._live) + len(ids))
+        # hnswlib refuses to re-add a label it holds as deleted: undelete it first, then overwrite
+        for i in ids.tolist():
+            if i in self._deleted:
+                self._deleted.discard(i)
+                try:
+                    self._index.unmark_deleted(i)
+                except RuntimeError:  # its slot was reused by another label: a plain insert
+                    pass
+        self._index.add_items(vectors, ids, num_threads=self.threads, replace_deleted=True)
+        self._live.update(ids.tolist())
+
+    def remove(self, ids: np.ndarray) -> None:
+        for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist():
+            if i in self._live:
+                self._index.mark_deleted(i)
+                self._live.discard(i)
+                self._deleted.add(i)
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        queries = as_matrix(queries, self.dim)
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=np.int64).reshape(-1)
+            if len(allowed) <= max(self.exact_below, k):
+                return self.exact_search(queries, k, allowed)
+        n = len(self._live) if allowed is None else len(allowed)
+        kk = min(k, n)
+        out_ids = np.full((len(queries), k), -1, dtype=np.int64)
+        out_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        if kk == 0:
+            return out_ids, out_scores
+        self._index.set_ef(max(self.ef_search, kk))
+        try:
+            if allowed is None:
+                labels, dist = self._index.knn_query(queries, k=kk, num_threads=1)
+            else:
+                allowed_set = set(allowed.tolist())
+                labels, dist = self._index.knn_query(
+                    queries, k=kk, num_threads=1, filter=allowed_set.__contains__
+                )
+        except RuntimeError:  # the graph walk found fewer than kk: answer exactly instead
+            return self.exact_search(queries, k, self.ids() if allowed is None else allowed)
+        out_ids[:, :kk] = labels.astype(np.int64)
+        out_scores[:, :kk] = 1.0 - dist  # hnswlib's "ip" distance is 1 - <q, x>
+        return out_ids, out_scores
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        missing = [i for i in ids.tolist() if i not in self._live]
+        if missing:
+            raise KeyError(f"id {missing[0]} is not in the index")
+        if len(ids) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.asarray(self._index.get_items(ids, return_type="numpy"), dtype=np.float32)
+
+    def ids(self) -> np.ndarray:
+        return np.fromiter(self._live, dtype=np.int64, count=len(self._live))
+
+    def save(self, folder: Path) -> None:
+        folder = Path(folder)
+        self._index.save_index(str(folder / "hnsw.bin"))
+        for name, ids in (("live.npy", self.ids()), ("deleted.npy", np.array(sorted(self._deleted)))):
+            with open(folder / name, "wb") as f:
+                np.save(f, ids.astype(np.int64))
+        for name in ("hnsw.bin", "live.npy", "deleted.npy"):
+            fd = os.open(folder / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    @classmethod
+    def load(cls, folder: Path, dim: int, **settings) -> HnswIndex:
+        folder = Path(folder)
+        index = cls(dim, **settings)
+        index._index.load_index(str(folder / "hnsw.bin"), max_elements=0, allow_replace_deleted=True)
+        index._live = set(np.load(folder / "live.npy").tolist())
+        index._deleted = set(np.load(folder / "deleted.npy").tolist())
+        return index
