@@ -85,10 +85,15 @@ def to_epoch(value: Any, field: str) -> float:
     return dt.timestamp()
 
 
-def _json_path(field: str) -> str:
+def json_path(field: str) -> str:
+    """The SQL literal of the JSON path of a top-level metadata key: ``'$."key"'``.
+
+    Written into the SQL text (not bound), so an expression index on the same literal
+    (``EpisodicMemory(index_fields=[...])``) can serve the filter.
+    """
     if '"' in field or "\\" in field:
         raise FilterError(f"filter field {field!r}: quotes and backslashes are not allowed in a field name.")
-    return f'$."{field}"'
+    return "'" + f'$."{field}"'.replace("'", "''") + "'"
 
 
 class _Compiler:
@@ -178,10 +183,9 @@ class _Compiler:
         return f"({name} {_SQL_OPS[op]} ?)"
 
     def metadata(self, name: str, op: str, value: Any) -> str:
-        path = _json_path(name)
+        path = json_path(name)
         if op == "exists":
-            self.params.append(path)
-            expr = "(json_type(metadata, ?) IS NOT NULL)"
+            expr = f"(json_type(metadata, {path}) IS NOT NULL)"
             return expr if _truthy(value, name) else f"(NOT {expr})"
         value = self._value(name, value)
         kind = kind_of(value)
@@ -194,27 +198,28 @@ class _Compiler:
                 types = "('integer', 'real')" if kind == "number" else "('text')"
                 element, element_params = f"e.type IN {types} AND e.value = ?", [value]
             in_list = (
-                f"(json_type(metadata, ?) = 'array' AND "
-                f"EXISTS (SELECT 1 FROM json_each(metadata, ?) AS e WHERE {element}))"
+                f"(json_type(metadata, {path}) = 'array' AND "
+                f"EXISTS (SELECT 1 FROM json_each(metadata, {path}) AS e WHERE {element}))"
             )
             if kind == "text":
-                self.params.extend([path, path, value, path, path, *element_params])
-                return f"((json_type(metadata, ?) = 'text' AND instr(json_extract(metadata, ?), ?) > 0) OR {in_list})"
-            self.params.extend([path, path, *element_params])
+                self.params.extend([value, *element_params])
+                return (
+                    f"((json_type(metadata, {path}) = 'text' AND instr(json_extract(metadata, {path}), ?) > 0) "
+                    f"OR {in_list})"
+                )
+            self.params.extend(element_params)
             return in_list
         if kind == "null":
             if op != "eq":
                 raise FilterError(f"filter on '{name}': null can only be compared with eq/ne.")
-            self.params.append(path)
-            return "(json_type(metadata, ?) = 'null')"
+            return f"(json_type(metadata, {path}) = 'null')"
         if kind == "bool":
             if op != "eq":
                 raise FilterError(f"filter on '{name}': a boolean can only be compared with eq/ne.")
-            self.params.append(path)
-            return f"(json_type(metadata, ?) = '{'true' if value else 'false'}')"
+            return f"(json_type(metadata, {path}) = '{'true' if value else 'false'}')"
         types = "('integer', 'real')" if kind == "number" else "('text')"
-        self.params.extend([path, path, value])
-        return f"(json_type(metadata, ?) IN {types} AND json_extract(metadata, ?) {_SQL_OPS[op]} ?)"
+        self.params.append(value)
+        return f"(json_type(metadata, {path}) IN {types} AND json_extract(metadata, {path}) {_SQL_OPS[op]} ?)"
 
 
 def _truthy(value: Any, name: str) -> bool:

@@ -24,6 +24,7 @@ candidates, as Letta's hybrid archival search does. Filters are ``toolbox.memory
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -41,7 +42,7 @@ import numpy as np
 from toolbox.core.atomic import fsync_dir
 from toolbox.core.errors import ConfigError, ToolboxError
 from toolbox.memory.embedders.base import Embedder, normalize_rows
-from toolbox.memory.filters import FilterError, compile_filter, dumps_metadata, to_epoch
+from toolbox.memory.filters import FilterError, compile_filter, dumps_metadata, json_path, to_epoch
 from toolbox.memory.index.base import VectorIndex
 
 SCHEMA_VERSION = 1
@@ -160,6 +161,8 @@ class EpisodicMemory:
         cache: keep an embedding cache in ``path/embeddings.sqlite``.
         flush_every: write the index snapshot after this many changes (or a tenth of the store,
             if larger); the pending log covers the changes in between.
+        index_fields: metadata keys to give an SQLite expression index, so filters on them do not
+            scan every row (worth it for fields filtered on often in a large store).
     """
 
     def __init__(
@@ -173,6 +176,7 @@ class EpisodicMemory:
         eviction: str = "oldest",
         cache: bool = True,
         flush_every: int = 10_000,
+        index_fields: Sequence[str] = (),
     ) -> None:
         if dedupe not in DEDUPE:
             raise ConfigError(f"memory.dedupe: expected one of {', '.join(DEDUPE)}, got {dedupe!r}.")
@@ -195,6 +199,11 @@ class EpisodicMemory:
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
             if meta is None:
                 self._create(index_spec)
+            for name in index_fields:
+                digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+                self._db.execute(
+                    f"CREATE INDEX IF NOT EXISTS items_meta_{digest} ON items (json_extract(metadata, {json_path(name)}))"
+                )
             if cache:
                 from toolbox.memory.embedders.cache import CachedEmbedder
 

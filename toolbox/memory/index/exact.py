@@ -26,6 +26,18 @@ class ExactIndex(VectorIndex):
         self._pos: dict[int, int] = {}
         self._n = 0
 
+    @classmethod
+    def from_arrays(cls, ids: np.ndarray, vectors: np.ndarray) -> ExactIndex:
+        """An index over ``vectors`` (used as is, not copied) with unique ``ids``."""
+        vectors = as_matrix(vectors, np.asarray(vectors).shape[-1])
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) != len(vectors) or len(set(ids.tolist())) != len(ids):
+            raise ValueError("from_arrays needs one unique id per vector")
+        index = cls(vectors.shape[1])
+        index._vectors, index._ids, index._n = vectors, ids.copy(), len(ids)
+        index._pos = {i: p for p, i in enumerate(ids.tolist())}
+        return index
+
     def __len__(self) -> int:
         return self._n
 
@@ -96,8 +108,11 @@ class ExactIndex(VectorIndex):
 
     @classmethod
     def load(cls, folder: Path, dim: int, **settings) -> ExactIndex:
-        index = cls(dim, **settings)
         with np.load(Path(folder) / "exact.npz") as data:
             ids, vectors = data["ids"], data["vectors"]
-        index.add(ids, vectors)
+        if vectors.shape[1:] != (dim,):
+            raise ValueError(f"{folder}: the saved vectors have shape {vectors.shape}, expected (n, {dim})")
+        index = cls.from_arrays(ids, vectors)
+        for key, value in settings.items():
+            setattr(index, key, value)
         return index
