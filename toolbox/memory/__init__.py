@@ -6,6 +6,16 @@ vectors; ``toolbox.memory.index`` searches them; ``toolbox.memory.writer`` is th
 callback that writes what a model got wrong into a store. See docs/memory.md.
 """
 
-from toolbox.memory.store import EpisodicMemory, MemoryItem, MemoryStoreError
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["EpisodicMemory", "MemoryItem", "MemoryStoreError"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: `toolbox --help` imports toolbox.memory.cli, not numpy
+    if name in __all__:
+        from toolbox.memory import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'toolbox.memory' has no attribute {name!r}")
