@@ -114,7 +114,7 @@ class _Compiler:
                 joined = f" {key} ".join(f"({self.node(v)})" for v in value)
                 parts.append(f"({joined})")
             elif key == "NOT":
-                parts.append(f"(NOT ({self.node(value)}))")
+                parts.append(_not(self.node(value)))
             else:
                 parts.append(self.field(str(key), value))
         return " AND ".join(parts)
@@ -142,9 +142,9 @@ class _Compiler:
     # one comparison ------------------------------------------------------------------------------
     def compare(self, name: str, op: str, value: Any) -> str:
         if op == "ne":
-            return f"(NOT {self.compare(name, 'eq', value)})"
+            return _not(self.compare(name, "eq", value))
         if op == "nin":
-            return f"(NOT {self.compare(name, 'in', value)})"
+            return _not(self.compare(name, "in", value))
         if op == "in":
             if not isinstance(value, list | tuple):
                 raise FilterError(f"filter on '{name}': 'in' takes a list, got {value!r}.")
@@ -186,7 +186,7 @@ class _Compiler:
         path = json_path(name)
         if op == "exists":
             expr = f"(json_type(metadata, {path}) IS NOT NULL)"
-            return expr if _truthy(value, name) else f"(NOT {expr})"
+            return expr if _truthy(value, name) else _not(expr)
         value = self._value(name, value)
         kind = kind_of(value)
         if op == "contains":
@@ -220,6 +220,12 @@ class _Compiler:
         types = "('integer', 'real')" if kind == "number" else "('text')"
         self.params.append(value)
         return f"(json_type(metadata, {path}) IN {types} AND json_extract(metadata, {path}) {_SQL_OPS[op]} ?)"
+
+
+def _not(expr: str) -> str:
+    """Negation in two-valued logic: a comparison on a missing field is NULL in SQL, and false here
+    (positive terms stay bare, so an expression index can serve them)."""
+    return f"(NOT COALESCE({expr}, 0))"
 
 
 def _truthy(value: Any, name: str) -> bool:

@@ -191,12 +191,17 @@ class EpisodicMemory:
         self._lock = self._acquire_lock()
         self._db: sqlite3.Connection | None = None
         try:
-            meta = self._read_meta()  # read-only: a store we refuse is left untouched
-            self.embedder = self._resolve_embedder(embedder, meta)
-            index_spec = self._resolve_index_spec(index, meta)
-            self._db = sqlite3.connect(self.path / "memory.sqlite", isolation_level=None)
+            db_path = self.path / "memory.sqlite"
+            # first an immutable read (no -wal/-shm files made): a store we refuse is left untouched
+            first = self._read_meta(f"file:{db_path}?immutable=1") if db_path.exists() else None
+            self.embedder = self._resolve_embedder(embedder, first)
+            self._db = sqlite3.connect(db_path, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
+            meta = self._read_meta(self._db)  # the authoritative read (a WAL not yet checkpointed)
+            if meta is not None:
+                self._check_embedder(meta)
+            index_spec = self._resolve_index_spec(index, meta)
             if meta is None:
                 self._create(index_spec)
             for name in index_fields:
@@ -230,24 +235,22 @@ class EpisodicMemory:
             ) from None
         return fd
 
-    def _read_meta(self) -> dict[str, str] | None:
-        db_path = self.path / "memory.sqlite"
-        if not db_path.exists():
-            return None
-        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    def _read_meta(self, source: str | sqlite3.Connection) -> dict[str, str] | None:
+        con = sqlite3.connect(source, uri=True) if isinstance(source, str) else source
         try:
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.OperationalError:  # no meta table: a crash before the store was created
             return None
         except sqlite3.DatabaseError as e:
             raise MemoryStoreError(
-                f"{db_path} is not a memory store ({e}); point --store at a store folder."
+                f"{self.path / 'memory.sqlite'} is not a memory store ({e}); point --store at a store folder."
             ) from None
         finally:
-            con.close()
+            if isinstance(source, str):
+                con.close()
         if "schema_version" not in meta:
             return None
-        version = int(meta.get("schema_version", "0"))
+        version = int(meta["schema_version"])
         if version > SCHEMA_VERSION:
             raise MemoryStoreError(
                 f"memory store {self.path} was written by a newer toolbox (store schema {version}; this "
@@ -277,21 +280,25 @@ class EpisodicMemory:
             embedder = EMBEDDERS.build(self._embedder_spec, "memory.embedder")
         else:
             self._embedder_spec = None
+        self.embedder = embedder
         if meta is not None:
-            dim, ident = int(meta["dim"]), meta["embedder"]
-            if embedder.dim != dim:
-                raise MemoryStoreError(
-                    f"embedder {embedder.identity} makes {embedder.dim}-dimensional vectors, but memory store "
-                    f"{self.path} holds {dim}-dimensional ones from {ident}. Open it with that embedder, or "
-                    "export it (toolbox memory export) and add the items into a new store. The store was not changed."
-                )
-            if embedder.identity != ident:
-                raise MemoryStoreError(
-                    f"memory store {self.path} holds vectors from {ident}, not from {embedder.identity}: "
-                    "their similarities would be meaningless. Open it with that embedder, or export it "
-                    "(toolbox memory export) and add the items into a new store. The store was not changed."
-                )
+            self._check_embedder(meta)
         return embedder
+
+    def _check_embedder(self, meta: dict[str, str]) -> None:
+        embedder, dim, ident = self.embedder, int(meta["dim"]), meta["embedder"]
+        if embedder.dim != dim:
+            raise MemoryStoreError(
+                f"embedder {embedder.identity} makes {embedder.dim}-dimensional vectors, but memory store "
+                f"{self.path} holds {dim}-dimensional ones from {ident}. Open it with that embedder, or "
+                "export it (toolbox memory export) and add the items into a new store. The store was not changed."
+            )
+        if embedder.identity != ident:
+            raise MemoryStoreError(
+                f"memory store {self.path} holds vectors from {ident}, not from {embedder.identity}: "
+                "their similarities would be meaningless. Open it with that embedder, or export it "
+                "(toolbox memory export) and add the items into a new store. The store was not changed."
+            )
 
     def _resolve_index_spec(self, index: Mapping[str, Any] | str | None, meta: dict | None) -> dict[str, Any]:
         from toolbox.core.registries import VECTOR_INDEXES
