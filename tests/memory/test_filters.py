@@ -50,7 +50,9 @@ def ref_op(name, op, v, item):
         return False
     if x is MISSING or kind(x) != kind(v):
         return False
-    return {"eq": x == v, "gt": x > v, "gte": x >= v, "lt": x < v, "lte": x <= v}[op]
+    if op == "eq":
+        return x == v
+    return {"gt": x > v, "gte": x >= v, "lt": x < v, "lte": x <= v}[op]
 
 
 def ref_match(spec, item):
