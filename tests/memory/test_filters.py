@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -141,9 +143,32 @@ def make_store(path, rows, index="exact"):
 
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory):
-    """80 items drawn once from the same value pools the filters draw from."""
-    rows = st.lists(st.tuples(texts.filter(str.strip), metadata, numbers), min_size=80, max_size=80)
-    memory, items = make_store(tmp_path_factory.mktemp("big"), rows.example())
+    """80 items drawn once (seeded) from the same value pools the filters draw from."""
+    rng = random.Random(0)
+
+    def number():
+        return rng.choice([rng.randint(-3, 3), rng.choice([0.5, 2.0, -1.5, 2.5])])
+
+    def text():
+        return "".join(rng.choice("abé") for _ in range(rng.randint(0, 3)))
+
+    def scalar():
+        return rng.choice([number, text, lambda: rng.random() < 0.5, lambda: None])()
+
+    def value():
+        kind = rng.random()
+        if kind < 0.7:
+            return scalar()
+        if kind < 0.95:
+            return [
+                rng.choice([number, text, lambda: rng.random() < 0.5])() for _ in range(rng.randint(0, 3))
+            ]
+        return {"x": 1}
+
+    rows = [
+        (text() + "x", {k: value() for k in rng.sample(KEYS, rng.randint(0, 3))}, number()) for _ in range(80)
+    ]
+    memory, items = make_store(tmp_path_factory.mktemp("big"), rows)
     yield memory, items
     memory.close()
 

@@ -193,13 +193,17 @@ class EpisodicMemory:
         try:
             db_path = self.path / "memory.sqlite"
             # first an immutable read (no -wal/-shm files made): a store we refuse is left untouched
+            # (it does not see a WAL that a killed process left unmerged: the second read does)
             first = self._read_meta(f"file:{db_path}?immutable=1") if db_path.exists() else None
-            self.embedder = self._resolve_embedder(embedder, first)
+            if first is not None or embedder is not None or not db_path.exists():
+                self.embedder = self._resolve_embedder(embedder, first)
             self._db = sqlite3.connect(db_path, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
-            meta = self._read_meta(self._db)  # the authoritative read (a WAL not yet checkpointed)
-            if meta is not None:
+            meta = self._read_meta(self._db)  # the authoritative read
+            if not hasattr(self, "embedder"):
+                self.embedder = self._resolve_embedder(embedder, meta)
+            elif meta is not None:
                 self._check_embedder(meta)
             index_spec = self._resolve_index_spec(index, meta)
             if meta is None:
