@@ -52,8 +52,14 @@ class _PooledEmbedder(Embedder):
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         import torch
 
+        # right padding: a causal model's states of the real tokens then do not depend on the batch
         enc = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            texts,
+            padding=True,
+            padding_side="right",
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
         )
         device = next(self.model.parameters()).device
         enc = {k: v.to(device) for k, v in enc.items()}
