@@ -11,9 +11,10 @@ Two parts, each printing (and writing with --out) one JSON object:
 same N vectors with the same graph settings (M=16, ef_construction=100, all cores), then searched one
 query at a time on one thread at several ``ef``: build rate, p50/p99 latency and recall@10.
 
-``scale``: for each N in --sizes, an ``EpisodicMemory`` store with the ``hnsw`` index is filled
-through ``add_many`` in chunks (rows, history, FTS5 text index, pending log, index snapshots: the
-store's add throughput, the index built once), then one query at a time:
+``scale``: one ``EpisodicMemory`` store with the ``hnsw`` index is filled through ``add_many`` in
+chunks (rows, history, FTS5 text index, pending log, index snapshots: the store's add throughput;
+the index is built once), and each time it reaches a size in --sizes it is searched one query at a
+time:
   - ``bare``: hnswlib's ``knn_query`` on the store's own graph (the library call),
   - ``index``: our ``HnswIndex.search`` (the same graph; ratio = our overhead),
   - ``store``: ``EpisodicMemory.search`` with a query vector (index + SQLite row fetch),
@@ -63,17 +64,21 @@ def vectors(n: int, seed: int, noise: float = 8.0, clusters: int = 1000, latent:
 
 
 def ground_truth(data: np.ndarray, queries: np.ndarray, k: int = 10) -> np.ndarray:
-    best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(queries), k), dtype=np.int64)
-    for start in range(0, len(data), 200_000):
-        s = queries @ data[start : start + 200_000].T
-        cat_s = np.concatenate([best_s, s], axis=1)
-        cat_i = np.concatenate(
-            [best_i, np.arange(start, start + s.shape[1])[None, :].repeat(len(queries), 0)], axis=1
-        )
-        top = np.argpartition(-cat_s, k - 1, axis=1)[:, :k]
-        best_s, best_i = np.take_along_axis(cat_s, top, 1), np.take_along_axis(cat_i, top, 1)
-    return best_i
+    """Exact top-k ids of each query, in blocks (250 queries × 100k rows: ~100 MB at a time)."""
+    out = np.zeros((len(queries), k), dtype=np.int64)
+    for q0 in range(0, len(queries), 250):
+        q = queries[q0 : q0 + 250]
+        best_s = np.full((len(q), k), -np.inf, dtype=np.float32)
+        best_i = np.zeros((len(q), k), dtype=np.int64)
+        for start in range(0, len(data), 100_000):
+            s = q @ data[start : start + 100_000].T
+            top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+            cat_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
+            cat_i = np.concatenate([best_i, top + start], axis=1)
+            keep = np.argpartition(-cat_s, k - 1, axis=1)[:, :k]
+            best_s, best_i = np.take_along_axis(cat_s, keep, 1), np.take_along_axis(cat_i, keep, 1)
+        out[q0 : q0 + len(q)] = best_i
+    return out
 
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
@@ -177,30 +182,6 @@ def _libraries(data: np.ndarray, ids: np.ndarray, threads: int) -> dict:
 
 
 # scale -------------------------------------------------------------------------------------------
-def bench_scale(args) -> dict:
-    out: dict = {
-        "dim": DIM,
-        "queries": args.queries,
-        "index": {"name": "hnsw", "M": 16, "ef_construction": 100},
-        "cpus": os.cpu_count(),
-        "note": "shared machine (about 8 jobs on 2 cores); run under nice -n 5",
-        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
-        "sizes": {},
-    }
-    queries = vectors(args.queries, 99)
-    for n in args.sizes:
-        out["sizes"][str(n)] = row = scale_one(n, queries, args)
-        print(f"n={n}:", json.dumps({k: v for k, v in row.items() if k != "search"}), flush=True)
-        if args.out:  # each size as soon as it is done: the 1M part takes most of an hour here
-            write_json(args.out, out)
-    return out
-
-
-def write_json(path: str, result: dict) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(result, indent=2) + "\n")
-
-
 class _AddClock:
     """A stand-in for an hnswlib index that forwards everything and times ``add_items``."""
 
@@ -219,15 +200,24 @@ class _AddClock:
         return getattr(self.inner, name)
 
 
-def scale_one(n: int, queries: np.ndarray, args) -> dict:
-
+def bench_scale(args) -> dict:
+    """One store grown to the largest size, measured each time it reaches one of ``--sizes``."""
     from toolbox.memory import EpisodicMemory
-    from toolbox.memory.index.exact import ExactIndex
 
-    row: dict = {"load_before": load()}
-    data = vectors(n, 0)
-    truth = ground_truth(data, queries)
-    clusters = np.random.default_rng(5).integers(0, 10, n)  # the filter field: ~10% per value
+    sizes = sorted(args.sizes)
+    out: dict = {
+        "dim": DIM,
+        "queries": args.queries,
+        "index": {"name": "hnsw", "M": 16, "ef_construction": 100},
+        "flush_every": args.flush_every,
+        "cpus": os.cpu_count(),
+        "note": "shared machine (about 8 jobs on 2 cores); run under nice -n 5",
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "sizes": {},
+    }
+    queries = vectors(args.queries, 99)
+    data = vectors(sizes[-1], 0)
+    topics = np.random.default_rng(5).integers(0, 10, sizes[-1])  # the filter field: ~10% per value
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
     try:
         store = EpisodicMemory(
@@ -236,75 +226,98 @@ def scale_one(n: int, queries: np.ndarray, args) -> dict:
             index={"name": "hnsw"},
             cache=False,
             index_fields=["topic"],
+            flush_every=args.flush_every,
         )
         clock = _AddClock(store.index._index)
         store.index._index = clock  # times hnswlib's add_items inside our adds
-        t0 = time.perf_counter()
-        chunk = args.chunk
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            store.add_many(
-                [f"memory {i} about topic {clusters[i]}" for i in range(start, stop)],
-                [{"topic": int(clusters[i])} for i in range(start, stop)],
-                vectors=data[start:stop],
-            )
-            if (start // chunk) % 10 == 0:
-                print(f"n={n}: {stop} added, {time.perf_counter() - t0:.0f}s", flush=True)
-        store.flush()
-        add_s = time.perf_counter() - t0
-        row["store_add_per_s"] = n / add_s
-        row["store_add_seconds"] = add_s
-        row["store_bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        t0, added, add_s = time.perf_counter(), 0, 0.0
+        for n in sizes:
+            row: dict = {"load_before": load()}
+            t_size = time.perf_counter()
+            for start in range(added, n, args.chunk):
+                stop = min(n, start + args.chunk)
+                store.add_many(
+                    [f"memory {i} about topic {topics[i]}" for i in range(start, stop)],
+                    [{"topic": int(topics[i])} for i in range(start, stop)],
+                    vectors=data[start:stop],
+                )
+                if (start // args.chunk) % 10 == 0:
+                    print(f"{stop} added, {time.perf_counter() - t0:.0f}s", flush=True)
+            store.flush()
+            add_s += time.perf_counter() - t_size
+            added = n
+            row["store_add_per_s"] = n / add_s
+            row["store_add_seconds"] = add_s
+            row["library_add_seconds"] = clock.seconds
+            row["store_add_over_library_add"] = add_s / clock.seconds
+            row["store_bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            store.index._index = clock.inner
+            row.update(measure(store, data[:n], topics[:n], queries, args))
+            store.index._index = clock
+            row["load_after"] = load()
+            out["sizes"][str(n)] = row
+            print(f"n={n}:", json.dumps({k: v for k, v in row.items() if k != "search"}), flush=True)
+            if args.out:  # each size as soon as it is done: the 1M part takes most of an hour here
+                write_json(args.out, out)
         store.index._index = clock.inner
-        row["library_add_seconds"] = clock.seconds
-        row["store_add_over_library_add"] = add_s / clock.seconds
-        index = store.index
-        graph = index._index  # the hnswlib object our index wraps: the bare library call
-        assert len(index) == n  # item ids are 1..n: id - 1 is the row of data
-        row["search"] = []
-        for ef in args.ef:
-            index.ef_search = ef
-            graph.set_ef(ef)
-            bare_lat, bare_found = timed(lambda q: graph.knn_query(q, k=10, num_threads=1)[0][0], queries)
-            ours_lat, ours_found = timed(lambda q: index.search(q, 10)[0][0], queries)
-            store_lat, store_found = timed(
-                lambda q: np.array([it.id for it in store.search(q, k=10)]), queries
-            )
-            row["search"].append(
-                {
-                    "ef": ef,
-                    "bare": {**bare_lat, "recall_at_10": recall(bare_found.astype(np.int64) - 1, truth)},
-                    "index": {**ours_lat, "recall_at_10": recall(ours_found - 1, truth)},
-                    "store": {**store_lat, "recall_at_10": recall(store_found - 1, truth)},
-                    "index_over_bare_p50": ours_lat["p50_ms"] / bare_lat["p50_ms"],
-                    "index_over_bare_p99": ours_lat["p99_ms"] / bare_lat["p99_ms"],
-                    "store_over_bare_p50": store_lat["p50_ms"] / bare_lat["p50_ms"],
-                }
-            )
-            print(f"n={n} ef={ef}:", json.dumps(row["search"][-1]), flush=True)
-        index.ef_search = args.filter_ef
-        filtered_lat, _ = timed(
-            lambda q: store.search(q, k=10, filters={"topic": 3}), queries[: args.filter_queries]
-        )
-        row["filtered_store_search"] = {
-            "filter": {"topic": 3},
-            "matching": int((clusters == 3).sum()),
-            "queries": args.filter_queries,
-            "ef": args.filter_ef,
-            **filtered_lat,
-        }
-        exact = ExactIndex.from_arrays(np.arange(n, dtype=np.int64), data)
-        exact_lat, exact_found = timed(lambda q: exact.search(q, 10)[0][0], queries[: args.exact_queries])
-        row["exact"] = {
-            **exact_lat,
-            "queries": args.exact_queries,
-            "recall_at_10": recall(exact_found, truth[: args.exact_queries]),
-        }
         store.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    row["load_after"] = load()
+    return out
+
+
+def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, args) -> dict:
+    """Search latency and recall of the bare graph, our index, the store, exact and filtered search."""
+    from toolbox.memory.index.exact import ExactIndex
+
+    n = len(data)
+    truth = ground_truth(data, queries)
+    index = store.index
+    graph = index._index  # the hnswlib object our index wraps: the bare library call
+    assert len(index) == n  # item ids are 1..n: id - 1 is the row of data
+    row: dict = {"search": []}
+    for ef in args.ef:
+        index.ef_search = ef
+        graph.set_ef(ef)
+        bare_lat, bare_found = timed(lambda q: graph.knn_query(q, k=10, num_threads=1)[0][0], queries)
+        ours_lat, ours_found = timed(lambda q: index.search(q, 10)[0][0], queries)
+        store_lat, store_found = timed(lambda q: np.array([it.id for it in store.search(q, k=10)]), queries)
+        row["search"].append(
+            {
+                "ef": ef,
+                "bare": {**bare_lat, "recall_at_10": recall(bare_found.astype(np.int64) - 1, truth)},
+                "index": {**ours_lat, "recall_at_10": recall(ours_found - 1, truth)},
+                "store": {**store_lat, "recall_at_10": recall(store_found - 1, truth)},
+                "index_over_bare_p50": ours_lat["p50_ms"] / bare_lat["p50_ms"],
+                "index_over_bare_p99": ours_lat["p99_ms"] / bare_lat["p99_ms"],
+                "store_over_bare_p50": store_lat["p50_ms"] / bare_lat["p50_ms"],
+            }
+        )
+        print(f"n={n} ef={ef}:", json.dumps(row["search"][-1]), flush=True)
+    index.ef_search = args.filter_ef
+    filtered_lat, _ = timed(
+        lambda q: store.search(q, k=10, filters={"topic": 3}), queries[: args.filter_queries]
+    )
+    row["filtered_store_search"] = {
+        "filter": {"topic": 3},
+        "matching": int((topics == 3).sum()),
+        "queries": args.filter_queries,
+        "ef": args.filter_ef,
+        **filtered_lat,
+    }
+    exact = ExactIndex.from_arrays(np.arange(n, dtype=np.int64), data)
+    exact_lat, exact_found = timed(lambda q: exact.search(q, 10)[0][0], queries[: args.exact_queries])
+    row["exact"] = {
+        **exact_lat,
+        "queries": args.exact_queries,
+        "recall_at_10": recall(exact_found, truth[: args.exact_queries]),
+    }
     return row
+
+
+def write_json(path: str, result: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=2) + "\n")
 
 
 def main() -> None:
@@ -323,6 +336,9 @@ def main() -> None:
     sc.add_argument("--filter-ef", type=int, default=128)
     sc.add_argument("--filter-queries", type=int, default=30)
     sc.add_argument("--chunk", type=int, default=10_000)
+    sc.add_argument(
+        "--flush-every", type=int, default=10_000, help="the store's flush_every (snapshot interval)"
+    )
     sc.add_argument("--tmp", default=None, help="folder for the temporary stores (default: the system's)")
     sc.add_argument("--out")
     args = p.parse_args()
