@@ -1,0 +1,76 @@
+"""The memory writer: a real tiny training run writes each eval's failed examples into a store; an
+agent writes episodes and recalls them into a prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolbox.core.events import Event
+from toolbox.experiment import ExperimentBuilder, load_config
+from toolbox.memory import EpisodicMemory
+from toolbox.memory.writer import recall, write_episode
+
+
+def test_training_run_writes_failures_and_summaries(tiny_overrides, tmp_path):
+    parts = ExperimentBuilder.from_config(
+        load_config(
+            [
+                *tiny_overrides,
+                "trainer.max_steps=4",
+                "trainer.eval_every=2",
+                "eval=generation",
+                "~eval.perplexity",
+                "eval.exact_match.max_examples=6",
+                "eval.exact_match.max_new_tokens=4",
+                "+callbacks.memory_writer={name: memory_writer, max_failures: 5}",
+            ]
+        )
+    ).build()
+    seen = []  # what the evaluator reported at each EVAL_END, to compare with the store
+    evaluator = parts.evaluators[0]
+    parts.trainer.bus.subscribe(
+        Event.EVAL_END,
+        lambda d: seen.append((d.step, d.metrics["eval/exact_match"], list(evaluator.last_failures))),
+    )
+    parts.trainer.fit()
+    assert [s for s, _, _ in seen] == [2, 4]
+    with EpisodicMemory(tmp_path / "run" / "memory") as memory:
+        for step, em, failures in seen:
+            assert len(failures) == round((1 - em) * 6)
+            stored = list(memory.items({"kind": "eval_failure", "step": step}))
+            assert [it.metadata["prompt"] for it in stored] == [f["prompt"] for f in failures[:5]]
+            first = stored[0]
+            assert first.text == (
+                f"Prompt: {failures[0]['prompt']}\nExpected: {failures[0]['reference']}\n"
+                f"Model answered: {failures[0]['output']}"
+            )
+            assert first.metadata["run"] == "run" and first.metadata["evaluator"] == "exact_match"
+            (summary,) = memory.items({"kind": "eval_summary", "step": step})
+            assert summary.metadata["eval/exact_match"] == pytest.approx(em)
+        (final,) = memory.items({"kind": "run_summary"})
+        assert final.text.startswith("Run run finished at step 4: eval/exact_match=")
+        # a later run finds the failures of a prompt it is about to see
+        prompt = seen[-1][2][0]["prompt"]
+        best = memory.search(prompt, k=1, filters={"kind": "eval_failure"})
+        assert best[0].metadata["prompt"] == prompt
+
+
+def test_agent_episodes_are_recalled_into_a_prompt(tmp_path):
+    with EpisodicMemory(tmp_path, embedder={"name": "hashing"}) as memory:
+        write_episode(
+            memory,
+            task="book a table for two in Paris",
+            steps=["searched restaurants near the Louvre", "called Le Petit Bistro"],
+            outcome="booked for 8 pm",
+            success=True,
+        )
+        write_episode(memory, task="convert 100 dollars to euros", outcome="used the ECB rate", success=True)
+        block = recall(memory, "book a restaurant table in Paris", k=1, filters={"kind": "agent_episode"})
+        assert block.startswith("Relevant memories:\n\n[memory 1, similarity ")
+        assert "Step 2: called Le Petit Bistro\nOutcome: booked for 8 pm" in block
+        assert memory.get(1).metadata == {
+            "kind": "agent_episode",
+            "task": "book a table for two in Paris",
+            "success": True,
+        }
+        assert recall(memory, "anything", filters={"success": False}) == ""
