@@ -1,21 +1,24 @@
 """Approximate search: an HNSW graph from hnswlib.
 
-Why hnswlib (measured here, ``python benchmarks/memory.py libraries``, JSON in
-``benchmarks/results/memory_libraries.json``): faiss-cpu, usearch and hnswlib were built on the same
-100k × 384 clustered vectors with the same graph settings (M=16, ef_construction=100) and searched
-one query at a time. faiss's ``IndexHNSWFlat`` answered fastest, hnswlib close behind, usearch
-(float32) slower; but an episodic memory deletes, updates and evicts items all the time, and of the
-three only hnswlib does all of that natively on an HNSW graph: ``mark_deleted`` plus
-``replace_deleted`` reuse a deleted slot, and ``knn_query(filter=...)`` restricts a search to the
-items a metadata filter allows. faiss's HNSW
+Why hnswlib (measured here, ``nice -n 5 python benchmarks/memory.py libraries --n 100000``, JSON in
+``benchmarks/results/memory_libraries.json``; a shared 2-core machine, load average 16-24, so
+absolute times are inflated): faiss-cpu ``IndexHNSWFlat``, usearch and hnswlib were built on the same
+100k × 384 clustered vectors with the same graph settings (M=16, ef_construction=100, 2 threads) and
+searched one query at a time on one thread. hnswlib built fastest (378 vectors/s; faiss 338,
+usearch float32 152, usearch int8 397) and answered fastest at equal recall (ef=64: p50 0.28 ms at
+recall@10 0.974; faiss 0.36 ms at 0.975; usearch float32 0.79 ms at 0.974); usearch int8 never
+reached recall@10 0.91. Beyond speed, an episodic memory deletes, updates and evicts items all the
+time: hnswlib's ``mark_deleted`` plus ``replace_deleted`` reuse a deleted slot, and
+``knn_query(filter=...)`` restricts a search to the items a metadata filter allows. faiss's HNSW
 cannot remove a vector (``remove_ids`` is not implemented for it), so deletes would pile up as
-tombstones until a full rebuild; usearch removes, but its Python search takes no filter, and its
-int8 mode (the fast one) lost recall@10 below 0.95 on this data.
+tombstones until a full rebuild; usearch removes, but its Python search takes no filter.
 
-Updates: hnswlib can overwrite a label's vector in place, but measured here (2,000 clustered
-24-dimensional vectors, 200 deleted, then 100 overwritten) that left recall@10 at 0.900 (ef=64) and
-0.935 (ef=256). So each insert gets a fresh hnswlib label (an id maps to its current label) and an
-update is a delete plus an insert: 0.963 and 0.999 on the same operations.
+Updates: hnswlib can overwrite a label's vector in place, but next to deleted elements that hurts
+the graph: in ``tests/memory/test_index.py::test_hnsw_recall_deletes_updates_and_reload`` (2,000
+clustered vectors, 200 deleted, then 100 overwritten) in-place updates gave recall@10 0.91 at
+ef=64 (0.945 at ef=256, one run). So each insert gets a fresh hnswlib label (an id maps to its
+current label) and an update is a delete plus an insert: 0.966 and 0.999 on the same operations;
+the test asserts >= 0.95 at ef=64.
 
 The index keeps its own float32 copy of the vectors (an ``ExactIndex``) beside the graph:
 hnswlib's ``get_items`` copies through Python lists (~0.15 ms per vector here), too slow for the
