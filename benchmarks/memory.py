@@ -208,7 +208,7 @@ def bench_scale(args) -> dict:
     out: dict = {
         "dim": DIM,
         "queries": args.queries,
-        "index": {"name": "hnsw", "M": 16, "ef_construction": 100},
+        "index": {"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction},
         "flush_every": args.flush_every,
         "cpus": os.cpu_count(),
         "note": "shared machine (about 8 jobs on 2 cores); run under nice -n 5",
@@ -223,7 +223,7 @@ def bench_scale(args) -> dict:
         store = EpisodicMemory(
             folder,
             embedder={"name": "hashing", "dim": DIM},
-            index={"name": "hnsw"},
+            index={"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction},
             cache=False,
             index_fields=["topic"],
             flush_every=args.flush_every,
@@ -336,6 +336,8 @@ def main() -> None:
     sc.add_argument("--filter-ef", type=int, default=128)
     sc.add_argument("--filter-queries", type=int, default=30)
     sc.add_argument("--chunk", type=int, default=10_000)
+    sc.add_argument("--M", type=int, default=16, help="hnsw graph degree")
+    sc.add_argument("--ef-construction", type=int, default=100, help="hnsw build candidate list")
     sc.add_argument(
         "--flush-every", type=int, default=10_000, help="the store's flush_every (snapshot interval)"
     )
