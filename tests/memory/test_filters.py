@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -12,6 +13,7 @@ from toolbox.memory.filters import FilterError
 from toolbox.memory.store import EpisodicMemory
 
 KEYS = ["a", "b", "c"]
+EXAMPLES = int(os.environ.get("MEMORY_FILTER_EXAMPLES", "400"))  # more for a deeper run
 MISSING = object()
 
 
@@ -173,7 +175,7 @@ def big_store(tmp_path_factory):
     memory.close()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=filters)
 def test_where_equals_brute_force(big_store, spec):
     memory, items = big_store
