@@ -55,6 +55,23 @@ def test_training_run_writes_failures_and_summaries(tiny_overrides, tmp_path):
         assert best[0].metadata["prompt"] == prompt
 
 
+def test_a_resumed_run_drops_what_it_wrote_after_its_checkpoint(tmp_path):
+    from types import SimpleNamespace
+
+    from toolbox.core.events import EventData
+    from toolbox.memory.writer import MemoryWriter
+
+    trainer = SimpleNamespace(context=SimpleNamespace(run_dir=tmp_path / "run"), evaluators=[])
+    writer = MemoryWriter(embedder={"name": "hashing", "dim": 32})
+    writer.on_fit_start(EventData(Event.FIT_START, trainer, 0, payload={"resumed_from": None}))
+    for step in (2, 4, 6):
+        writer.on_eval_end(EventData(Event.EVAL_END, trainer, step, metrics={"eval/loss": 1.0 / step}))
+    writer.close()  # killed after step 6; the last checkpoint was step 4
+    writer.on_fit_start(EventData(Event.FIT_START, trainer, 4, payload={"resumed_from": 4}))
+    assert [it.metadata["step"] for it in writer.memory.items()] == [2, 4]
+    writer.close()
+
+
 def test_agent_episodes_are_recalled_into_a_prompt(tmp_path):
     with EpisodicMemory(tmp_path, embedder={"name": "hashing"}) as memory:
         write_episode(

@@ -623,6 +623,11 @@ class EpisodicMemory:
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def fields(self) -> set[str]:
+        """The metadata keys of the items added so far (what filters may name besides the columns)."""
+        return set(self._fields)
+
     def where(self, filters: Mapping[str, Any] | None) -> list[int]:
         """The ids of every item matching ``filters`` (ascending)."""
         assert self._db is not None

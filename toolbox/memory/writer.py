@@ -5,7 +5,8 @@ During training (the ``memory_writer`` callback), each evaluation writes
     as ``exact_match``): "Prompt: … / Expected: … / Model answered: …", with metadata
     ``{kind: "eval_failure", run, step, evaluator, prompt, reference, output}``;
   - one summary of the evaluation's metrics (``kind: "eval_summary"``, the metrics as metadata);
-and the end of the run writes a ``run_summary``. A later run or an agent searches the store, for
+and the end of the run writes a ``run_summary``. A resumed run first deletes the memories its run
+wrote after the step it resumed from (they are written again), so a crash leaves no duplicates. A later run or an agent searches the store, for
 example ``memory.search("12+30=", filters={"kind": "eval_failure"})``.
 
 Agents call ``write_episode`` after a task and ``recall`` before one (it formats the best memories
@@ -114,7 +115,11 @@ class MemoryWriter(Callback):
         return Path(data.trainer.context.run_dir).name
 
     def on_fit_start(self, data: EventData) -> None:
-        self._open(data)
+        memory = self._open(data)
+        resumed = data.payload.get("resumed_from")
+        if resumed is not None and {"run", "step"} <= memory.fields:
+            # a resumed run evaluates the steps after its checkpoint again: drop what it wrote then
+            memory.delete_where({"run": self._run_name(data), "step": {"gt": int(resumed)}})
 
     def on_eval_end(self, data: EventData) -> None:
         memory = self._open(data)
