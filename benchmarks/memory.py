@@ -22,8 +22,13 @@ time:
   - ``filtered``: ``EpisodicMemory.search`` with a metadata filter matching ~10% of items,
 and the time spent inside hnswlib's ``add_items`` during the adds (the bare library's share).
 
+``overhead``: the bare hnswlib call, our ``HnswIndex.search`` and ``EpisodicMemory.search`` on the
+same graph, called in turn on each query (who goes first alternates), so that load swings hit all
+three alike: p50/p99 of each and their ratios.
+
     python benchmarks/memory.py libraries --n 100000 --out benchmarks/results/memory_libraries.json
     nice -n 5 python benchmarks/memory.py scale --sizes 100000 1000000 --out benchmarks/results/memory_scale.json
+    nice -n 5 python benchmarks/memory.py overhead --n 50000 --out benchmarks/results/memory_overhead.json
 
 The machine is shared: the JSON records the load average before and after each part.
 """
@@ -315,6 +320,62 @@ def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, ar
     return row
 
 
+def bench_overhead(args) -> dict:
+    """Our index and our store against the bare hnswlib call on the same graph, timed in pairs."""
+    from toolbox.memory import EpisodicMemory
+
+    data, queries = vectors(args.n, 0), vectors(args.queries, 99)
+    folder = Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
+    out: dict = {"n": args.n, "queries": args.queries, "rounds": args.rounds, "load_before": load()}
+    try:
+        store = EpisodicMemory(
+            folder,
+            embedder={"name": "hashing", "dim": DIM},
+            index={"name": "hnsw", "ef_construction": args.ef_construction},
+            cache=False,
+            flush_every=10**9,
+        )
+        for start in range(0, args.n, 10_000):
+            store.add_many(
+                [f"memory {i}" for i in range(start, min(args.n, start + 10_000))],
+                vectors=data[start : start + 10_000],
+            )
+        index, graph = store.index, store.index._index
+        calls = {
+            "bare": lambda q: graph.knn_query(q, k=10, num_threads=1),
+            "index": lambda q: index.search(q, 10),
+            "store": lambda q: store.search(q, k=10),
+        }
+        out["ef"] = {}
+        for ef in args.ef:
+            index.ef_search = ef
+            graph.set_ef(ef)
+            times: dict[str, list[float]] = {name: [] for name in calls}
+            for r in range(args.rounds):
+                for j, q in enumerate(queries):
+                    order = (
+                        list(calls) if (j + r) % 2 == 0 else list(reversed(calls))
+                    )  # alternate who goes first
+                    for name in order:
+                        t = time.perf_counter()
+                        calls[name](q)
+                        times[name].append(time.perf_counter() - t)
+            ms = {name: np.array(v) * 1e3 for name, v in times.items()}
+            out["ef"][str(ef)] = {
+                **{f"{name}_p50_ms": float(np.percentile(v, 50)) for name, v in ms.items()},
+                **{f"{name}_p99_ms": float(np.percentile(v, 99)) for name, v in ms.items()},
+                "index_over_bare_p50": float(np.percentile(ms["index"], 50) / np.percentile(ms["bare"], 50)),
+                "store_over_bare_p50": float(np.percentile(ms["store"], 50) / np.percentile(ms["bare"], 50)),
+                "index_over_bare_median_pair": float(np.median(ms["index"] / ms["bare"])),
+            }
+            print(f"ef={ef}:", json.dumps(out["ef"][str(ef)]), flush=True)
+        store.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    out["load_after"] = load()
+    return out
+
+
 def write_json(path: str, result: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(result, indent=2) + "\n")
@@ -343,8 +404,17 @@ def main() -> None:
     )
     sc.add_argument("--tmp", default=None, help="folder for the temporary stores (default: the system's)")
     sc.add_argument("--out")
+    ov = sub.add_parser("overhead", help="our index and store vs the bare hnswlib call, timed in pairs")
+    ov.add_argument("--n", type=int, default=50_000)
+    ov.add_argument("--queries", type=int, default=500)
+    ov.add_argument("--rounds", type=int, default=3)
+    ov.add_argument("--ef", type=int, nargs="+", default=[64, 256])
+    ov.add_argument("--ef-construction", type=int, default=100)
+    ov.add_argument("--tmp", default=None)
+    ov.add_argument("--out")
     args = p.parse_args()
-    result = bench_libraries(args) if args.part == "libraries" else bench_scale(args)
+    parts = {"libraries": bench_libraries, "scale": bench_scale, "overhead": bench_overhead}
+    result = parts[args.part](args)
     result["command"] = "python benchmarks/memory.py " + " ".join(sys.argv[1:])
     result["commit"] = _commit()
     if args.out:
