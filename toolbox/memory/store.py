@@ -683,7 +683,7 @@ class EpisodicMemory:
         blend = recency_half_life is not None or (text_weight > 0 and isinstance(query, str))
         n_cand = max(4 * k, 50) if blend else k
         ids, sims = self.index.search(qv, n_cand, allowed)
-        cand = {int(i): float(s) for i, s in zip(ids[0], sims[0], strict=True) if i >= 0}
+        cand = {i: s for i, s in zip(ids[0].tolist(), sims[0].tolist(), strict=True) if i >= 0}
         text_scores: dict[int, float] = {}
         if text_weight > 0 and isinstance(query, str):
             text_scores = self._text_match(query, n_cand, filters)

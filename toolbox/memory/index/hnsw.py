@@ -79,6 +79,7 @@ class HnswIndex(VectorIndex):
         self._label: dict[int, int] = {}  # id -> its hnswlib label (a fresh one per insert)
         self._id: dict[int, int] = {}  # label -> id
         self._next_label = 0
+        self._ef = -1  # the ef last given to hnswlib
 
     def __len__(self) -> int:
         return len(self._vectors)
@@ -129,11 +130,14 @@ class HnswIndex(VectorIndex):
                 return self.exact_search(queries, k, allowed)
         n = len(self._vectors) if allowed is None else len(allowed)
         kk = min(k, n)
-        out_ids = np.full((len(queries), k), -1, dtype=np.int64)
-        out_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         if kk == 0:
-            return out_ids, out_scores
-        self._index.set_ef(max(self.ef_search, kk))
+            return np.full((len(queries), k), -1, dtype=np.int64), np.full(
+                (len(queries), k), -np.inf, np.float32
+            )
+        ef = max(self.ef_search, kk)
+        if ef != self._ef:
+            self._index.set_ef(ef)
+            self._ef = ef
         try:
             if allowed is None:
                 labels, dist = self._index.knn_query(queries, k=kk, num_threads=1)
@@ -145,9 +149,12 @@ class HnswIndex(VectorIndex):
         except RuntimeError:  # the graph walk found fewer than kk: answer exactly instead
             return self.exact_search(queries, k, self.ids() if allowed is None else allowed)
         id_of = self._id
-        out_ids[:, :kk] = [[id_of[label] for label in row] for row in labels.tolist()]
-        out_scores[:, :kk] = 1.0 - dist  # hnswlib's "ip" distance is 1 - <q, x>
-        return out_ids, out_scores
+        ids = np.array([[id_of[label] for label in row] for row in labels.tolist()], dtype=np.int64)
+        scores = 1.0 - dist  # hnswlib's "ip" distance is 1 - <q, x>
+        if kk < k:
+            ids = np.pad(ids, ((0, 0), (0, k - kk)), constant_values=-1)
+            scores = np.pad(scores, ((0, 0), (0, k - kk)), constant_values=-np.inf)
+        return ids, scores
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._vectors.get(ids)
