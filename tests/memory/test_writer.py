@@ -91,3 +91,13 @@ def test_agent_episodes_are_recalled_into_a_prompt(tmp_path):
             "success": True,
         }
         assert recall(memory, "anything", filters={"success": False}) == ""
+
+
+def test_callbacks_memory_config_selects_the_writer(compose):
+    from toolbox.core.registries import CALLBACKS
+    from toolbox.memory.writer import MemoryWriter
+
+    cfg = compose(["callbacks=memory"])
+    assert {"console", "jsonl", "memory_writer"} <= set(cfg.callbacks)
+    writer = CALLBACKS.build(cfg.callbacks.memory_writer, "callbacks.memory_writer")
+    assert isinstance(writer, MemoryWriter) and writer.embedder == {"name": "hashing"}
