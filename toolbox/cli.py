@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_bench_parser(sub)
 
+    from toolbox.memory.cli import add_parser as add_memory_parser  # toolbox memory add|search|stats|export
+
+    add_memory_parser(sub)
+
     p = sub.add_parser("data", help="build the data set and tokenizer once; later stages read them")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.add_argument("--config", help="a composed config.yaml (from `toolbox compose --out`)")

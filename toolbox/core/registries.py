@@ -39,7 +39,7 @@ TRAINERS = Registry(
         "toolbox.trainer.trl_grpo",
     ),
 )
-CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks",))
+CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks", "toolbox.memory.writer"))
 STRATEGIES = Registry(
     "strategy", modules=("toolbox.distributed.single", "toolbox.distributed.ddp", "toolbox.distributed.fsdp")
 )
@@ -50,3 +50,5 @@ ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
 REWARDS = Registry("reward", modules=("toolbox.rewards",))
 ADVANTAGES = Registry("advantage", modules=("toolbox.rl.advantages",))
 EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators",))
+EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
+VECTOR_INDEXES = Registry("vector_index", modules=("toolbox.memory.index",))

@@ -79,7 +79,9 @@ def _reference_answers(parts: Components, max_examples: int | None) -> tuple[lis
 class ExactMatch:
     """Greedy generation from each held-out prompt; the fraction whose output equals the reference.
 
-    Outputs and references are compared after stripping whitespace.
+    Outputs and references are compared after stripping whitespace. After each call,
+    ``last_failures`` holds the examples it got wrong (``prompt``, ``reference``, ``output``), for
+    callbacks such as the memory writer.
 
     Args:
         max_new_tokens: tokens generated per prompt.
@@ -102,6 +104,7 @@ class ExactMatch:
         self.max_examples = max_examples
         self.prompt_field = prompt_field
         self.reference_field = reference_field
+        self.last_failures: list[dict[str, str]] = []
 
     def __call__(self, parts: Components) -> dict[str, float]:
         from toolbox.eval.generation import greedy_generate
@@ -116,7 +119,12 @@ class ExactMatch:
             self.batch_size,
             parts.strategy.device,
         )
-        hits = sum(
-            o.strip() == str(r[self.reference_field]).strip() for o, r in zip(outputs, records, strict=True)
-        )
+        hits = 0
+        self.last_failures = []
+        for prompt, output, record in zip(prompts, outputs, records, strict=True):
+            reference = str(record[self.reference_field])
+            if output.strip() == reference.strip():
+                hits += 1
+            else:
+                self.last_failures.append({"prompt": prompt, "reference": reference, "output": output})
         return {"eval/exact_match": hits / max(len(records), 1)}

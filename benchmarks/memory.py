@@ -1,0 +1,437 @@
+"""Episodic memory: vector-index libraries compared, and the store at 100k and 1M items.
+
+Data: synthetic unit vectors of dimension 384 with the similarity profile of sentence embeddings
+(1,000 clusters in a 32-dimensional latent space, projected to 384 dimensions plus isotropic noise;
+a query's nearest neighbour has cosine ~0.38, a random pair ~0.0). Queries are fresh draws from the
+same distribution, not stored items. Recall@10 is measured against exact search (a matmul).
+
+Two parts, each printing (and writing with --out) one JSON object:
+
+``libraries``: faiss-cpu ``IndexHNSWFlat``, hnswlib and usearch (float32 and int8) built on the
+same N vectors with the same graph settings (M=16, ef_construction=100, all cores), then searched one
+query at a time on one thread at several ``ef``: build rate, p50/p99 latency and recall@10.
+
+``scale``: one ``EpisodicMemory`` store with the ``hnsw`` index is filled through ``add_many`` in
+chunks (rows, history, FTS5 text index, pending log, index snapshots: the store's add throughput;
+the index is built once), and each time it reaches a size in --sizes it is searched one query at a
+time:
+  - ``bare``: hnswlib's ``knn_query`` on the store's own graph (the library call),
+  - ``index``: our ``HnswIndex.search`` (the same graph; ratio = our overhead),
+  - ``store``: ``EpisodicMemory.search`` with a query vector (index + SQLite row fetch),
+  - ``exact``: ``ExactIndex.search`` (a matmul over all N),
+  - ``filtered``: ``EpisodicMemory.search`` with a metadata filter matching ~10% of items,
+and the time spent inside hnswlib's ``add_items`` during the adds (the bare library's share).
+
+``overhead``: the bare hnswlib call, our ``HnswIndex.search`` and ``EpisodicMemory.search`` on the
+same graph, called in turn on each query (who goes first alternates), so that load swings hit all
+three alike: p50/p99 of each and their ratios.
+
+    python benchmarks/memory.py libraries --n 100000 --out benchmarks/results/memory_libraries.json
+    nice -n 5 python benchmarks/memory.py scale --sizes 100000 1000000 --out benchmarks/results/memory_scale.json
+    nice -n 5 python benchmarks/memory.py overhead --n 50000 --out benchmarks/results/memory_overhead.json
+
+The machine is shared: the JSON records the load average before and after each part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+# single queries are matrix-vector products: a second BLAS thread only adds synchronisation (30x
+# slower here when the cores are busy); set OPENBLAS_NUM_THREADS yourself to override
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DIM = 384
+
+
+def vectors(n: int, seed: int, noise: float = 8.0, clusters: int = 1000, latent: int = 32) -> np.ndarray:
+    """``n`` clustered unit vectors (the same clusters and projection for every seed)."""
+    w = np.random.default_rng(123).standard_normal((latent, DIM)).astype(np.float32)
+    centers = np.random.default_rng(7).standard_normal((clusters, latent)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, DIM), dtype=np.float32)
+    for start in range(0, n, 100_000):
+        m = min(100_000, n - start)
+        z = centers[rng.integers(0, clusters, m)] + 0.5 * rng.standard_normal((m, latent)).astype(np.float32)
+        x = z @ w + noise * rng.standard_normal((m, DIM)).astype(np.float32)
+        out[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+def ground_truth(data: np.ndarray, queries: np.ndarray, k: int = 10) -> np.ndarray:
+    """Exact top-k ids of each query, in blocks (250 queries × 100k rows: ~100 MB at a time)."""
+    out = np.zeros((len(queries), k), dtype=np.int64)
+    for q0 in range(0, len(queries), 250):
+        q = queries[q0 : q0 + 250]
+        best_s = np.full((len(q), k), -np.inf, dtype=np.float32)
+        best_i = np.zeros((len(q), k), dtype=np.int64)
+        for start in range(0, len(data), 100_000):
+            s = q @ data[start : start + 100_000].T
+            top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+            cat_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
+            cat_i = np.concatenate([best_i, top + start], axis=1)
+            keep = np.argpartition(-cat_s, k - 1, axis=1)[:, :k]
+            best_s, best_i = np.take_along_axis(cat_s, keep, 1), np.take_along_axis(cat_i, keep, 1)
+        out[q0 : q0 + len(q)] = best_i
+    return out
+
+
+def recall(found: np.ndarray, truth: np.ndarray) -> float:
+    return float(
+        np.mean(
+            [
+                len(set(f.tolist()) & set(t.tolist())) / truth.shape[1]
+                for f, t in zip(found, truth, strict=True)
+            ]
+        )
+    )
+
+
+def timed(fn, queries: np.ndarray) -> tuple[dict, np.ndarray]:
+    """Run ``fn(q)`` once per query (after 20 warm-up calls); p50/p99 in ms and the results."""
+    for q in queries[:20]:
+        fn(q)
+    times, results = [], []
+    for q in queries:
+        t = time.perf_counter()
+        results.append(fn(q))
+        times.append(time.perf_counter() - t)
+    ms = np.array(times) * 1e3
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}, np.array(results)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# libraries ---------------------------------------------------------------------------------------
+def bench_libraries(args) -> dict:
+    threads = os.cpu_count() or 1
+    data, queries = vectors(args.n, 0), vectors(args.queries, 99)
+    truth = ground_truth(data, queries)
+    ids = np.arange(args.n)
+    out: dict = {"n": args.n, "dim": DIM, "queries": args.queries, "M": 16, "ef_construction": 100}
+    out["load_before"] = load()
+    results = {}
+
+    def sweep(name, build, search, set_ef):
+        t = time.perf_counter()
+        build()
+        rate = args.n / (time.perf_counter() - t)
+        rows = []
+        for ef in args.ef:
+            set_ef(ef)
+            lat, found = timed(search, queries)
+            rows.append({"ef": ef, **lat, "recall_at_10": recall(found, truth)})
+        results[name] = {"build_per_s": rate, "search": rows}
+        print(name, json.dumps(results[name]), flush=True)
+
+    for name, (build, search, set_ef) in _libraries(data, ids, threads).items():
+        sweep(name, build, search, set_ef)
+    out["results"] = results
+    out["capabilities"] = {
+        "hnswlib": "delete (mark_deleted, slots reused), update in place, filter predicate in knn_query",
+        "faiss_hnsw_flat": "no remove_ids for HNSW (deletes need tombstones + rebuild); IDSelector filters",
+        "usearch": "remove, no filter predicate in the Python search",
+    }
+    out["load_after"] = load()
+    return out
+
+
+def _libraries(data: np.ndarray, ids: np.ndarray, threads: int) -> dict:
+    """name -> (build(), search(q) -> ids, set_ef(ef)) for each library, same graph settings."""
+    import faiss
+    import hnswlib
+    from usearch.index import Index as UIndex
+
+    h = hnswlib.Index(space="ip", dim=DIM)
+    h.init_index(max_elements=len(data), M=16, ef_construction=100)
+    f = faiss.IndexHNSWFlat(DIM, 16, faiss.METRIC_INNER_PRODUCT)
+    f.hnsw.efConstruction = 100
+
+    def faiss_build() -> None:
+        faiss.omp_set_num_threads(threads)
+        f.add(data)
+        faiss.omp_set_num_threads(1)
+
+    out = {
+        "hnswlib": (
+            lambda: h.add_items(data, ids, num_threads=threads),
+            lambda q: h.knn_query(q, k=10, num_threads=1)[0][0],
+            h.set_ef,
+        ),
+        "faiss_hnsw_flat": (
+            faiss_build,
+            lambda q: f.search(q[None, :], 10)[1][0],
+            lambda ef: setattr(f.hnsw, "efSearch", ef),
+        ),
+    }
+    for dtype in ("f32", "i8"):
+        u = UIndex(ndim=DIM, metric="ip", dtype=dtype, connectivity=16, expansion_add=100)
+        out[f"usearch_{dtype}"] = (
+            lambda u=u: u.add(ids, data, threads=threads),
+            lambda q, u=u: u.search(q, 10, threads=1).keys,
+            lambda ef, u=u: setattr(u, "expansion_search", ef),
+        )
+    return out
+
+
+# scale -------------------------------------------------------------------------------------------
+class _AddClock:
+    """A stand-in for an hnswlib index that forwards everything and times ``add_items``."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+
+    def add_items(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return self.inner.add_items(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def bench_scale(args) -> dict:
+    """One store grown to the largest size, measured each time it reaches one of ``--sizes``."""
+    from toolbox.memory import EpisodicMemory
+
+    sizes = sorted(args.sizes)
+    out: dict = {
+        "dim": DIM,
+        "queries": args.queries,
+        "index": {"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction},
+        "flush_every": args.flush_every,
+        "cpus": os.cpu_count(),
+        "note": "shared machine (about 8 jobs on 2 cores); run under nice -n 5",
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "sizes": {},
+    }
+    queries = vectors(args.queries, 99)
+    data = vectors(sizes[-1], 0)
+    topics = np.random.default_rng(5).integers(0, 10, sizes[-1])  # the filter field: ~10% per value
+    folder = Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
+    try:
+        store = EpisodicMemory(
+            folder,
+            embedder={"name": "hashing", "dim": DIM},
+            index={"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction},
+            cache=False,
+            index_fields=["topic"],
+            flush_every=args.flush_every,
+        )
+        clock = _AddClock(store.index._index)
+        store.index._index = clock  # times hnswlib's add_items inside our adds
+        t0, added, add_s = time.perf_counter(), 0, 0.0
+        for n in sizes:
+            row: dict = {"load_before": load()}
+            t_size = time.perf_counter()
+            for start in range(added, n, args.chunk):
+                stop = min(n, start + args.chunk)
+                store.add_many(
+                    [f"memory {i} about topic {topics[i]}" for i in range(start, stop)],
+                    [{"topic": int(topics[i])} for i in range(start, stop)],
+                    vectors=data[start:stop],
+                )
+                if (start // args.chunk) % 10 == 0:
+                    print(f"{stop} added, {time.perf_counter() - t0:.0f}s", flush=True)
+            store.flush()
+            add_s += time.perf_counter() - t_size
+            added = n
+            row["store_add_per_s"] = n / add_s
+            row["store_add_seconds"] = add_s
+            row["library_add_seconds"] = clock.seconds
+            row["store_add_over_library_add"] = add_s / clock.seconds
+            row["store_bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            store.index._index = clock.inner
+            row.update(measure(store, data[:n], topics[:n], queries, args))
+            store.index._index = clock
+            row["load_after"] = load()
+            out["sizes"][str(n)] = row
+            print(f"n={n}:", json.dumps({k: v for k, v in row.items() if k != "search"}), flush=True)
+            if args.out:  # each size as soon as it is done: the 1M part takes most of an hour here
+                write_json(args.out, out)
+        store.index._index = clock.inner
+        store.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, args) -> dict:
+    """Search latency and recall of the bare graph, our index, the store, exact and filtered search."""
+    from toolbox.memory.index.exact import ExactIndex
+
+    n = len(data)
+    truth = ground_truth(data, queries)
+    index = store.index
+    graph = index._index  # the hnswlib object our index wraps: the bare library call
+    assert len(index) == n  # item ids are 1..n: id - 1 is the row of data
+    row: dict = {"search": []}
+    for ef in args.ef:
+        index.ef_search = ef
+        graph.set_ef(ef)
+        bare_lat, bare_found = timed(lambda q: graph.knn_query(q, k=10, num_threads=1)[0][0], queries)
+        ours_lat, ours_found = timed(lambda q: index.search(q, 10)[0][0], queries)
+        store_lat, store_found = timed(lambda q: np.array([it.id for it in store.search(q, k=10)]), queries)
+        row["search"].append(
+            {
+                "ef": ef,
+                "bare": {**bare_lat, "recall_at_10": recall(bare_found.astype(np.int64) - 1, truth)},
+                "index": {**ours_lat, "recall_at_10": recall(ours_found - 1, truth)},
+                "store": {**store_lat, "recall_at_10": recall(store_found - 1, truth)},
+                "index_over_bare_p50": ours_lat["p50_ms"] / bare_lat["p50_ms"],
+                "index_over_bare_p99": ours_lat["p99_ms"] / bare_lat["p99_ms"],
+                "store_over_bare_p50": store_lat["p50_ms"] / bare_lat["p50_ms"],
+            }
+        )
+        print(f"n={n} ef={ef}:", json.dumps(row["search"][-1]), flush=True)
+    index.ef_search = args.filter_ef
+    filtered_lat, _ = timed(
+        lambda q: store.search(q, k=10, filters={"topic": 3}), queries[: args.filter_queries]
+    )
+    row["filtered_store_search"] = {
+        "filter": {"topic": 3},
+        "matching": int((topics == 3).sum()),
+        "queries": args.filter_queries,
+        "ef": args.filter_ef,
+        **filtered_lat,
+    }
+    exact = ExactIndex.from_arrays(np.arange(n, dtype=np.int64), data)
+    exact_lat, exact_found = timed(lambda q: exact.search(q, 10)[0][0], queries[: args.exact_queries])
+    row["exact"] = {
+        **exact_lat,
+        "queries": args.exact_queries,
+        "recall_at_10": recall(exact_found, truth[: args.exact_queries]),
+    }
+    return row
+
+
+def bench_overhead(args) -> dict:
+    """Our index and our store against the bare hnswlib call on the same graph, timed in pairs."""
+    from toolbox.memory import EpisodicMemory
+
+    data, queries = vectors(args.n, 0), vectors(args.queries, 99)
+    folder = Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
+    out: dict = {"n": args.n, "queries": args.queries, "rounds": args.rounds, "load_before": load()}
+    try:
+        store = EpisodicMemory(
+            folder,
+            embedder={"name": "hashing", "dim": DIM},
+            index={"name": "hnsw", "ef_construction": args.ef_construction},
+            cache=False,
+            flush_every=10**9,
+        )
+        for start in range(0, args.n, 10_000):
+            store.add_many(
+                [f"memory {i}" for i in range(start, min(args.n, start + 10_000))],
+                vectors=data[start : start + 10_000],
+            )
+        index, graph = store.index, store.index._index
+        calls = {
+            "bare": lambda q: graph.knn_query(q, k=10, num_threads=1),
+            "index": lambda q: index.search(q, 10),
+            "store": lambda q: store.search(q, k=10),
+        }
+        out["ef"] = {}
+        for ef in args.ef:
+            index.ef_search = ef
+            graph.set_ef(ef)
+            times: dict[str, list[float]] = {name: [] for name in calls}
+            for r in range(args.rounds):
+                for j, q in enumerate(queries):
+                    order = (
+                        list(calls) if (j + r) % 2 == 0 else list(reversed(calls))
+                    )  # alternate who goes first
+                    for name in order:
+                        t = time.perf_counter()
+                        calls[name](q)
+                        times[name].append(time.perf_counter() - t)
+            ms = {name: np.array(v) * 1e3 for name, v in times.items()}
+            out["ef"][str(ef)] = {
+                **{f"{name}_p50_ms": float(np.percentile(v, 50)) for name, v in ms.items()},
+                **{f"{name}_p99_ms": float(np.percentile(v, 99)) for name, v in ms.items()},
+                "index_over_bare_p50": float(np.percentile(ms["index"], 50) / np.percentile(ms["bare"], 50)),
+                "store_over_bare_p50": float(np.percentile(ms["store"], 50) / np.percentile(ms["bare"], 50)),
+                "index_over_bare_median_pair": float(np.median(ms["index"] / ms["bare"])),
+            }
+            print(f"ef={ef}:", json.dumps(out["ef"][str(ef)]), flush=True)
+        store.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    out["load_after"] = load()
+    return out
+
+
+def write_json(path: str, result: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="part", required=True)
+    lib = sub.add_parser("libraries")
+    lib.add_argument("--n", type=int, default=100_000)
+    lib.add_argument("--queries", type=int, default=500)
+    lib.add_argument("--ef", type=int, nargs="+", default=[32, 64, 128])
+    lib.add_argument("--out")
+    sc = sub.add_parser("scale")
+    sc.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    sc.add_argument("--queries", type=int, default=1000)
+    sc.add_argument("--exact-queries", type=int, default=200)
+    sc.add_argument("--ef", type=int, nargs="+", default=[64, 128, 256])
+    sc.add_argument("--filter-ef", type=int, default=128)
+    sc.add_argument("--filter-queries", type=int, default=30)
+    sc.add_argument("--chunk", type=int, default=10_000)
+    sc.add_argument("--M", type=int, default=16, help="hnsw graph degree")
+    sc.add_argument("--ef-construction", type=int, default=100, help="hnsw build candidate list")
+    sc.add_argument(
+        "--flush-every", type=int, default=10_000, help="the store's flush_every (snapshot interval)"
+    )
+    sc.add_argument("--tmp", default=None, help="folder for the temporary stores (default: the system's)")
+    sc.add_argument("--out")
+    ov = sub.add_parser("overhead", help="our index and store vs the bare hnswlib call, timed in pairs")
+    ov.add_argument("--n", type=int, default=50_000)
+    ov.add_argument("--queries", type=int, default=500)
+    ov.add_argument("--rounds", type=int, default=3)
+    ov.add_argument("--ef", type=int, nargs="+", default=[64, 256])
+    ov.add_argument("--ef-construction", type=int, default=100)
+    ov.add_argument("--tmp", default=None)
+    ov.add_argument("--out")
+    args = p.parse_args()
+    parts = {"libraries": bench_libraries, "scale": bench_scale, "overhead": bench_overhead}
+    result = parts[args.part](args)
+    result["command"] = "python benchmarks/memory.py " + " ".join(sys.argv[1:])
+    result["commit"] = _commit()
+    if args.out:
+        write_json(args.out, result)
+    print(json.dumps(result, indent=2))
+
+
+def _commit() -> str | None:
+    import subprocess
+
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+if __name__ == "__main__":
+    main()

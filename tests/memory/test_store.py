@@ -1,0 +1,224 @@
+"""EpisodicMemory: add/search/get/update/delete/history, dedupe, eviction, persistence, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from toolbox.core.errors import ConfigError
+from toolbox.memory import EpisodicMemory, MemoryStoreError
+from toolbox.memory.embedders.hashing import HashingEmbedder
+
+HASH = {"name": "hashing", "dim": 64}
+FACTS = [
+    "the cat sat on the mat",
+    "dogs bark at the mailman every morning",
+    "the stock market fell sharply on monday",
+    "paris is the capital of france",
+    "water boils at one hundred degrees celsius",
+]
+
+
+@pytest.fixture
+def memory(tmp_path):
+    m = EpisodicMemory(tmp_path / "store", embedder=HASH)
+    yield m
+    m.close()
+
+
+def test_add_search_get_roundtrip(memory):
+    ids = memory.add_many(FACTS, [{"i": i} for i in range(len(FACTS))])
+    assert ids == [1, 2, 3, 4, 5] and len(memory) == 5
+    best = memory.search("a cat on a mat", k=2)
+    assert best[0].id == 1 and best[0].similarity > best[1].similarity
+    # the similarity is the cosine of the two hashing vectors
+    e = HashingEmbedder(dim=64)
+    expected = float(e.embed(["a cat on a mat"])[0] @ e.embed([FACTS[0]])[0])
+    assert best[0].similarity == pytest.approx(expected, abs=1e-6)
+    assert best[0].similarity == pytest.approx(0.5627, abs=1e-4)  # pinned for the hashing embedder
+    item = memory.get(4)
+    assert item.text == FACTS[3] and item.metadata == {"i": 3}
+    assert memory.get(99) is None
+    rec = memory.add(
+        {"text": "a record", "metadata": {"k": "v"}, "importance": 2.0, "timestamp": "2026-01-01"}
+    )
+    assert memory.get(rec).importance == 2.0 and memory.get(rec).timestamp == 1767225600.0
+
+
+def test_update_delete_and_history(memory):
+    (i,) = memory.add_many(["the cat sat on the mat"], [{"v": 1}])
+    memory.update(i, metadata={"v": 2})
+    memory.update(i, text="the dog slept on the sofa")
+    e = HashingEmbedder(dim=64)
+    query = e.embed(["a dog on a sofa"])[0]
+    found = memory.search("a dog on a sofa", k=1)[0]  # the new text was re-embedded
+    assert found.similarity == pytest.approx(
+        float(query @ e.embed(["the dog slept on the sofa"])[0]), abs=1e-6
+    )
+    assert found.similarity > float(query @ e.embed(["the cat sat on the mat"])[0]) + 0.2
+    assert memory.delete(i) is True and memory.delete(i) is False
+    assert memory.get(i) is None and len(memory) == 0
+    history = memory.history(i)
+    assert [h["op"] for h in history] == ["add", "update", "update", "delete"]
+    assert [h["metadata"]["v"] for h in history] == [1, 2, 2, 2]
+    assert [h["text"] for h in history] == ["the cat sat on the mat"] * 2 + ["the dog slept on the sofa"] * 2
+    with pytest.raises(KeyError, match="no memory item with id"):
+        memory.update(i, text="x")
+
+
+def test_delete_where_refuses_an_empty_filter(memory):
+    memory.add_many(FACTS, [{"kind": "a" if i % 2 else "b"} for i in range(5)])
+    for empty in (None, {}):
+        with pytest.raises(ConfigError, match="refusing an empty filter"):
+            memory.delete_where(empty)
+    assert len(memory) == 5
+    assert memory.delete_where({"kind": "a"}) == 2
+    assert sorted(it.id for it in memory.items()) == [1, 3, 5]
+    assert memory.search("dogs bark", k=5, filters={"kind": "a"}) == []
+
+
+@pytest.mark.parametrize("mode", ["skip", "merge"])
+def test_dedupe(tmp_path, mode):
+    m = EpisodicMemory(tmp_path, embedder=HASH, dedupe=mode, dedupe_threshold=0.9)
+    first = m.add("the cat sat on the mat", metadata={"seen": 1, "a": True})
+    again = m.add("The cat sat on the mat!", metadata={"seen": 2})  # same words: cosine 1.0
+    other = m.add("quantum chromodynamics", metadata={"seen": 3})
+    batch = m.add_many(["a brand new fact here", "A brand new fact here."])  # duplicates inside a batch
+    assert again == first and other != first and batch[0] == batch[1]
+    assert len(m) == 3
+    ops = [h["op"] for h in m.history(first)]
+    if mode == "skip":
+        assert m.get(first).metadata == {"seen": 1, "a": True} and ops == ["add"]
+    else:
+        assert m.get(first).metadata == {"seen": 2, "a": True} and ops == ["add", "merge"]
+        assert m.history(first)[1]["text"] == "The cat sat on the mat!"
+    m.close()
+
+
+@pytest.mark.parametrize(
+    ("policy", "survivors"),
+    [("oldest", {3, 4, 5}), ("importance", {1, 3, 5}), ("lru", {1, 4, 5})],
+)
+def test_eviction_holds_the_size_limit(tmp_path, policy, survivors):
+    m = EpisodicMemory(tmp_path, embedder=HASH, max_items=3, eviction=policy)
+    importance = [5.0, 0.0, 3.0, 1.0, 9.0]
+    for i, text in enumerate(FACTS):
+        m.add(text, timestamp=1000.0 + i, importance=importance[i])
+        assert len(m) <= 3
+        if policy == "lru" and i == 2:
+            m.get(1)  # item 1 used recently: item 2 and 3 go first
+    assert {it.id for it in m.items()} == survivors
+    assert set(m.index.ids().tolist()) == survivors
+    evicted = ({1, 2, 3, 4, 5} - survivors).pop()
+    assert m.history(evicted)[-1]["op"] == "evict"
+    m.close()
+
+
+def test_eviction_within_one_batch(tmp_path):
+    m = EpisodicMemory(tmp_path, embedder=HASH, max_items=2)
+    m.add_many(FACTS, timestamps=[float(i) for i in range(5)])
+    assert [it.id for it in m.items()] == [4, 5] and m.check()["ok"]
+    m.close()
+
+
+def test_recency_and_text_match_change_the_ranking(memory):
+    now = 1_000_000.0
+    old = memory.add("meeting notes about the budget", timestamp=now - 10 * 86400)
+    new = memory.add("meeting notes about the budget review", timestamp=now - 3600)
+    plain = memory.search("meeting notes about the budget", k=2, now=now)
+    assert plain[0].id == old  # identical text wins on similarity alone
+    recent = memory.search(
+        "meeting notes about the budget", k=2, recency_half_life=86400, recency_weight=0.5, now=now
+    )
+    assert recent[0].id == new
+    decay = 0.5 ** (3600 / 86400)
+    assert recent[0].score == pytest.approx(recent[0].similarity + 0.5 * decay, abs=1e-6)
+    # the text match: only one item has the word "review"
+    text = memory.search("review", k=2, text_weight=1.0)
+    assert text[0].id == new and text[0].score == pytest.approx(text[0].similarity + 1.0, abs=1e-6)
+    assert memory.search("budget", k=5, min_score=0.99) == []
+
+
+def test_reopen_persists_and_converts_the_index(tmp_path):
+    m = EpisodicMemory(tmp_path, embedder=HASH, flush_every=3)
+    m.add_many(FACTS[:4])
+    m.delete(2)
+    m.add(FACTS[4])
+    expected = [it.id for it in m.search("the capital of france", k=3)]
+    m.close()
+    m = EpisodicMemory(tmp_path)  # the embedder and index come from the store
+    assert m.embedder.identity == HashingEmbedder(dim=64).identity and m.index_spec == {"name": "exact"}
+    assert [it.id for it in m.search("the capital of france", k=3)] == expected and m.check()["ok"]
+    m.close()
+    m = EpisodicMemory(tmp_path, index={"name": "hnsw", "M": 8})
+    assert type(m.index).__name__ == "HnswIndex" and len(m.index) == 4
+    assert [it.id for it in m.search("the capital of france", k=3)] == expected
+    m.close()
+    m = EpisodicMemory(tmp_path)
+    assert m.index_spec == {"name": "hnsw", "M": 8}  # the conversion was saved
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("index-")) == [
+        f"index-{m._gen:06d}"
+    ]
+    m.close()
+
+
+def _digest(folder):
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_wrong_embedder_or_newer_store_is_refused_unchanged(tmp_path):
+    m = EpisodicMemory(tmp_path, embedder=HASH)
+    m.add_many(FACTS)
+    m.close()
+    before = _digest(tmp_path)
+    with pytest.raises(MemoryStoreError, match=r"makes 32-dimensional vectors.*holds 64-dimensional"):
+        EpisodicMemory(tmp_path, embedder={"name": "hashing", "dim": 32})
+    with pytest.raises(
+        MemoryStoreError, match=r"holds vectors from hashing\(dim=64.*seed=0\), not from .*seed=1"
+    ):
+        EpisodicMemory(tmp_path, embedder={"name": "hashing", "dim": 64, "seed": 1})
+    assert _digest(tmp_path) == before
+    con = sqlite3.connect(tmp_path / "memory.sqlite")
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    before = _digest(tmp_path)
+    with pytest.raises(
+        MemoryStoreError, match=r"newer toolbox \(store schema 7; this toolbox reads up to 1\); upgrade"
+    ):
+        EpisodicMemory(tmp_path)
+    assert _digest(tmp_path) == before
+
+
+def test_bad_input_errors(tmp_path):
+    with pytest.raises(ConfigError, match="is new: give an embedder"):
+        EpisodicMemory(tmp_path / "a")
+    with pytest.raises(ConfigError, match="unknown embedder 'hashin'.*Did you mean 'hashing'"):
+        EpisodicMemory(tmp_path / "b", embedder={"name": "hashin"})
+    with pytest.raises(ConfigError, match="memory.eviction"):
+        EpisodicMemory(tmp_path / "c", embedder=HASH, eviction="newest")
+    m = EpisodicMemory(tmp_path / "d", embedder=HASH)
+    with pytest.raises(ConfigError, match="metadata must be JSON"):
+        m.add("x", metadata={"bad": float("nan")})
+    with pytest.raises(ConfigError, match="non-empty string"):
+        m.add("   ")
+    with pytest.raises(ConfigError, match=r"vectors must have shape \(1, 64\)"):
+        m.add_many(["x"], vectors=np.zeros((1, 8)))
+    with pytest.raises(MemoryStoreError, match="open in another process"):
+        EpisodicMemory(tmp_path / "d")
+    assert len(m) == 0
+    m.close()
+    EpisodicMemory(tmp_path / "d").close()  # the lock is released on close
+
+
+def test_export_writes_json_lines(memory, tmp_path):
+    memory.add_many(FACTS, [{"i": i} for i in range(5)])
+    n = memory.export(tmp_path / "out.jsonl", filters={"i": {"gte": 3}})
+    lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert n == 2 and [x["text"] for x in lines] == FACTS[3:] and lines[0]["metadata"] == {"i": 3}

@@ -1,0 +1,192 @@
+"""Approximate search: an HNSW graph from hnswlib.
+
+Why hnswlib (measured here, ``nice -n 5 python benchmarks/memory.py libraries --n 100000``, JSON in
+``benchmarks/results/memory_libraries.json``; a shared 2-core machine, load average 16-24, so
+absolute times are inflated): faiss-cpu ``IndexHNSWFlat``, usearch and hnswlib were built on the same
+100k × 384 clustered vectors with the same graph settings (M=16, ef_construction=100, 2 threads) and
+searched one query at a time on one thread. hnswlib built fastest (378 vectors/s; faiss 338,
+usearch float32 152, usearch int8 397) and answered fastest at equal recall (ef=64: p50 0.28 ms at
+recall@10 0.974; faiss 0.36 ms at 0.975; usearch float32 0.79 ms at 0.974); usearch int8 never
+reached recall@10 0.91. Beyond speed, an episodic memory deletes, updates and evicts items all the
+time: hnswlib's ``mark_deleted`` plus ``replace_deleted`` reuse a deleted slot, and
+``knn_query(filter=...)`` restricts a search to the items a metadata filter allows. faiss's HNSW
+cannot remove a vector (``remove_ids`` is not implemented for it), so deletes would pile up as
+tombstones until a full rebuild; usearch removes, but its Python search takes no filter.
+
+Updates: hnswlib can overwrite a label's vector in place, but next to deleted elements that hurts
+the graph: in ``tests/memory/test_index.py::test_hnsw_recall_deletes_updates_and_reload`` (2,000
+clustered vectors, 200 deleted, then 100 overwritten) in-place updates gave recall@10 0.91 at
+ef=64 (0.945 at ef=256, one run). So each insert gets a fresh hnswlib label (an id maps to its
+current label) and an update is a delete plus an insert: 0.966 and 0.999 on the same operations;
+the test asserts >= 0.95 at ef=64.
+
+The index keeps its own float32 copy of the vectors (an ``ExactIndex``) beside the graph:
+hnswlib's ``get_items`` copies through Python lists (~0.15 ms per vector here), too slow for the
+exact searches below, and the copy makes ``get`` and index conversion cheap. It doubles the vector
+memory (1.5 GiB more at 1M × 384).
+
+Restricted searches (``allowed``): up to ``exact_below`` allowed ids are scored exactly (a gather
+and a matmul, so a narrow filter never misses an item); beyond that, hnswlib walks the graph with
+the filter as a predicate, and any query it cannot fill falls back to the exact search.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from toolbox.core.registries import VECTOR_INDEXES
+from toolbox.memory.index.base import VectorIndex, as_matrix
+from toolbox.memory.index.exact import ExactIndex
+
+
+@VECTOR_INDEXES.register("hnsw")
+class HnswIndex(VectorIndex):
+    """HNSW graph (hnswlib, inner product) with native deletes, updates and filtered search.
+
+    Args:
+        dim: vector dimension (set by the store from its embedder).
+        M: graph degree; more links, better recall, more memory (hnswlib's ``M``).
+        ef_construction: candidate list size while inserting; higher builds a better graph.
+        ef_search: candidate list size while searching (raised to ``k`` when smaller); the
+            recall/latency knob.
+        threads: threads for batched adds (0: all cores); single queries use one thread.
+        exact_below: restricted searches over at most this many ids are exact.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        M: int = 16,
+        ef_construction: int = 100,
+        ef_search: int = 64,
+        threads: int = 0,
+        exact_below: int = 20000,
+    ) -> None:
+        super().__init__(dim)
+        import hnswlib
+
+        self.M, self.ef_construction, self.ef_search = M, ef_construction, ef_search
+        self.threads = threads if threads > 0 else (os.cpu_count() or 1)
+        self.exact_below = exact_below
+        self._index = hnswlib.Index(space="ip", dim=dim)
+        self._index.init_index(
+            max_elements=1024, M=M, ef_construction=ef_construction, allow_replace_deleted=True
+        )
+        self._vectors = ExactIndex(dim)  # the live ids and their vectors
+        self._label: dict[int, int] = {}  # id -> its hnswlib label (a fresh one per insert)
+        self._id: dict[int, int] = {}  # label -> id
+        self._next_label = 0
+        self._ef = -1  # the ef last given to hnswlib
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        vectors = as_matrix(vectors, self.dim)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) != len(vectors):
+            raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
+        if len(ids) == 0:
+            return
+        last = {i: j for j, i in enumerate(ids.tolist())}  # an id twice in one call: the last wins
+        if len(last) != len(ids):
+            keep = np.fromiter(last.values(), dtype=np.int64)
+            ids, vectors = ids[keep], vectors[keep]
+        self._drop(ids)  # an update is a delete plus an insert under a fresh label
+        labels = np.arange(self._next_label, self._next_label + len(ids), dtype=np.int64)
+        self._next_label += len(ids)
+        # deleted slots are reused (replace_deleted), so capacity has to cover the live count only
+        cap = self._index.get_max_elements()
+        if len(self._vectors) + len(ids) > cap:
+            self._index.resize_index(max(len(self._vectors) + len(ids), 2 * cap))
+        self._index.add_items(vectors, labels, num_threads=self.threads, replace_deleted=True)
+        for i, label in zip(ids.tolist(), labels.tolist(), strict=True):
+            self._label[i] = label
+            self._id[label] = i
+        self._vectors.add(ids, vectors)
+
+    def _drop(self, ids: np.ndarray) -> None:
+        for i in ids.tolist():
+            label = self._label.pop(i, None)
+            if label is not None:
+                self._index.mark_deleted(label)
+                del self._id[label]
+
+    def remove(self, ids: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        self._drop(ids)
+        self._vectors.remove(ids)
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        queries = as_matrix(queries, self.dim)
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=np.int64).reshape(-1)
+            if len(allowed) <= max(self.exact_below, k):
+                return self.exact_search(queries, k, allowed)
+        n = len(self._vectors) if allowed is None else len(allowed)
+        kk = min(k, n)
+        if kk == 0:
+            return np.full((len(queries), k), -1, dtype=np.int64), np.full(
+                (len(queries), k), -np.inf, np.float32
+            )
+        ef = max(self.ef_search, kk)
+        if ef != self._ef:
+            self._index.set_ef(ef)
+            self._ef = ef
+        try:
+            if allowed is None:
+                labels, dist = self._index.knn_query(queries, k=kk, num_threads=1)
+            else:
+                allowed_labels = {self._label[i] for i in allowed.tolist() if i in self._label}
+                labels, dist = self._index.knn_query(
+                    queries, k=kk, num_threads=1, filter=allowed_labels.__contains__
+                )
+        except RuntimeError:  # the graph walk found fewer than kk: answer exactly instead
+            return self.exact_search(queries, k, self.ids() if allowed is None else allowed)
+        id_of = self._id
+        ids = np.array([[id_of[label] for label in row] for row in labels.tolist()], dtype=np.int64)
+        scores = 1.0 - dist  # hnswlib's "ip" distance is 1 - <q, x>
+        if kk < k:
+            ids = np.pad(ids, ((0, 0), (0, k - kk)), constant_values=-1)
+            scores = np.pad(scores, ((0, 0), (0, k - kk)), constant_values=-np.inf)
+        return ids, scores
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        return self._vectors.get(ids)
+
+    def exact_search(self, queries: np.ndarray, k: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._vectors.search(queries, k, ids)
+
+    def ids(self) -> np.ndarray:
+        return self._vectors.ids()
+
+    def save(self, folder: Path) -> None:
+        folder = Path(folder)
+        self._index.save_index(str(folder / "hnsw.bin"))
+        self._vectors.save(folder)
+        pairs = np.array([[self._next_label, -1], *self._label.items()], dtype=np.int64)
+        with open(folder / "labels.npy", "wb") as f:  # row 0: the next label; then (id, label)
+            np.save(f, pairs)
+        for name in ("hnsw.bin", "labels.npy"):
+            fd = os.open(folder / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    @classmethod
+    def load(cls, folder: Path, dim: int, **settings) -> HnswIndex:
+        folder = Path(folder)
+        index = cls(dim, **settings)
+        index._index.load_index(str(folder / "hnsw.bin"), max_elements=0, allow_replace_deleted=True)
+        index._vectors = ExactIndex.load(folder, dim)
+        pairs = np.load(folder / "labels.npy")
+        index._next_label = int(pairs[0, 0])
+        index._label = dict(zip(pairs[1:, 0].tolist(), pairs[1:, 1].tolist(), strict=True))
+        index._id = {label: i for i, label in index._label.items()}
+        return index
