@@ -6,7 +6,12 @@
     parts = ExperimentBuilder.from_config(cfg).build()
     parts.trainer.fit()
 
-``run_experiment(cfg)`` does the last two lines.
+``run_experiment(cfg)`` does the last two lines; ``compose_run`` is what the commands call (a
+``--config`` file or a fresh composition, overrides, ``--out``, ``--data``, validation).
+
+What the builder injects is one list, ``INJECTED`` (from ``COMPONENT_NODES``, ``TOKENIZER_FACTS``
+and ``DATA_FACTS``), read by the builder, ``validate_config`` and ``toolbox catalog``: a new data
+fact (an environment's ``obs_dim``, a graph's ``in_dim``) is one line in ``DATA_FACTS``.
 """
 
 from __future__ import annotations
