@@ -13,11 +13,16 @@ MODELS = Registry("model", modules=("toolbox.nn.models", "toolbox.rewards.learne
 LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
 TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
 SOURCES = Registry("source", modules=("toolbox.data.sources", "toolbox.data.prepared"))
-DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))
-COLLATORS = Registry("collator", modules=("toolbox.data.collators",))
+DATASETS = Registry("dataset", modules=("toolbox.data.datasets", "toolbox.decision.data"))
+COLLATORS = Registry("collator", modules=("toolbox.data.collators", "toolbox.decision.data"))
 OBJECTIVES = Registry(
     "objective",
-    modules=("toolbox.objectives.supervised", "toolbox.objectives.preference", "toolbox.objectives.policy"),
+    modules=(
+        "toolbox.objectives.supervised",
+        "toolbox.objectives.preference",
+        "toolbox.objectives.policy",
+        "toolbox.decision.objectives",
+    ),
 )
 OPTIMIZERS = Registry("optimizer", modules=("toolbox.trainer.optim",))
 SCHEDULERS = Registry("scheduler", modules=("toolbox.trainer.optim",))
@@ -43,4 +48,4 @@ LAUNCHERS = Registry(
 ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
 REWARDS = Registry("reward", modules=("toolbox.rewards",))
 ADVANTAGES = Registry("advantage", modules=("toolbox.rl.advantages",))
-EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators",))
+EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators", "toolbox.eval.decision"))

@@ -188,3 +188,20 @@ def _chat(tokenizer: Any, system: str, user: str) -> str:
         )
     except TypeError:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def rotation_prompt(
+    tokenizer: Any,
+    state_text: str,
+    question: Question,
+    perm: Sequence[int],
+    labels: tuple[list[str], list[int]],
+    system: str = DEFAULT_SYSTEM,
+    prompt_format: PromptFormat = "chat",
+) -> tuple[Prompt, list[int]]:
+    """The prompt of one rotation (``perm[j]``: the option at position j) and its label ids by position.
+
+    ``labels`` is ``resolve_labels(tokenizer, question)`` (resolved once per question shape)."""
+    names, ids = labels
+    message = user_message(state_text, question, perm, names)
+    return render(tokenizer, system, message, prompt_format), ids_in_position_order(question, ids, perm)

@@ -32,11 +32,9 @@ from toolbox.decision.prompt import (
     DEFAULT_SYSTEM,
     Prompt,
     PromptFormat,
-    ids_in_position_order,
-    render,
     render_state,
     resolve_labels,
-    user_message,
+    rotation_prompt,
 )
 from toolbox.decision.question import Question
 from toolbox.decision.result import LEVELS, Decision, check_level
@@ -203,10 +201,8 @@ class DecisionReader:
 
     def prompt(self, state_text: str, question: Question, perm: Sequence[int]) -> tuple[Prompt, list[int]]:
         """The rendered prompt for one rotation and its label ids in position order."""
-        labels, ids = self.labels(question)
-        message = user_message(state_text, question, perm, labels)
-        return render(self.tokenizer, self.system, message, self.prompt_format), ids_in_position_order(
-            question, ids, perm
+        return rotation_prompt(
+            self.tokenizer, state_text, question, perm, self.labels(question), self.system, self.prompt_format
         )
 
     def _tokens(self, text: str) -> tuple[int, ...]:
