@@ -87,3 +87,21 @@ def test_many_questions_one_call_equal_anyjev(tiny_model, anyjev_backend):
     assert (
         ours.stats["backend_calls"] == 2 * 4
     )  # per decide: one flat call (yes/no, score) and one grouped call
+
+
+def test_anyjev_backend_under_our_reader(tiny_model, anyjev_backend):
+    """AnyJev's HF backend behind our reader gives the torch backend's numbers."""
+    from toolbox.decision.backends import backend_for
+
+    model, tok, _ = tiny_model
+    theirs_backend = backend_for(anyjev_backend)
+    assert theirs_backend.name == "anyjev"
+    q = OURS[0]
+    a = np.stack([d.probs for d in DecisionReader(theirs_backend).decide_batch(STATES, q, level="L0")])
+    b = np.stack(
+        [
+            d.probs
+            for d in DecisionReader(TorchDecisionBackend(model, tok)).decide_batch(STATES, q, level="L0")
+        ]
+    )
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
