@@ -208,10 +208,19 @@ class DecisionReader:
     def _tokens(self, text: str) -> tuple[int, ...]:
         ids = self._token_cache.get(text)
         if ids is None:
-            if len(self._token_cache) > 65536:
-                self._token_cache.clear()
-            ids = self._token_cache[text] = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            self._tokenize([text])
+            ids = self._token_cache[text]
         return ids
+
+    def _tokenize(self, texts: Sequence[str]) -> None:
+        """Tokenize the texts not cached yet, in one batch call of the tokenizer."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self._token_cache))
+        if not todo:
+            return
+        if len(self._token_cache) + len(todo) > 65536:
+            self._token_cache.clear()
+        for text, ids in zip(todo, self.tokenizer(todo, add_special_tokens=False)["input_ids"], strict=True):
+            self._token_cache[text] = tuple(ids)
 
     def score(self, prompts: Sequence[Prompt], label_ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Label log-probs of each prompt, in one flat call and one grouped call at most (duplicates once)."""
@@ -230,6 +239,11 @@ class DecisionReader:
                 groups.setdefault((p.prefix, tuple(label_ids[i])), []).append(u)
             else:
                 flat.append(u)
+        self._tokenize(
+            [t for i in unique for t in (prompts[i].text, prompts[i].prefix, prompts[i].suffix) if t]
+            if grouping
+            else [prompts[i].text for i in unique]
+        )
         scored: list[torch.Tensor | None] = [None] * len(unique)
         plan: list[tuple[Encoded, list[int], list[Encoded]]] = []
         for (prefix, _), members in groups.items():

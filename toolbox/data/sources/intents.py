@@ -8,84 +8,76 @@ from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
 
-# intent (the option the model is shown) -> the core phrasings of a customer message
+# intent (the option the model is shown) -> the core phrasings of a customer message. Every
+# phrasing names its intent's keyword (never first, never another intent's): the task is learnable
+# by a model trained from scratch in minutes on a CPU, which is what the example needs.
 INTENTS: dict[str, tuple[str, ...]] = {
-    "check balance": (
+    "balance": (
         "what is my balance",
-        "how much money is in my account",
-        "show my current balance",
-        "how much do I have left",
+        "show me the balance",
+        "how big is my balance",
+        "tell me the balance now",
     ),
-    "transfer money": (
-        "send money to my brother",
-        "move funds to savings",
-        "wire cash to a friend",
-        "pay my sister back from my account",
+    "transfer": (
+        "make a transfer to my brother",
+        "I need a transfer to savings",
+        "start a transfer for rent",
+        "can you do a transfer to a friend",
     ),
-    "lost card": (
-        "I cannot find my card",
-        "my card is missing",
-        "I dropped my card somewhere",
-        "my wallet with the card is gone",
-    ),
+    "card": ("I lost my card", "my card is missing", "I dropped my card somewhere", "someone has my card"),
     "refund": (
-        "I want my money back",
-        "the shop charged me twice",
-        "return the payment for my order",
-        "I was billed for something I returned",
+        "I want a refund",
+        "the shop owes me a refund",
+        "where is my refund",
+        "please send the refund",
     ),
-    "change address": (
-        "I moved to a new house",
-        "update where I live",
-        "my home address is different now",
-        "send letters to my new flat",
+    "address": (
+        "I moved to a new address",
+        "update my address",
+        "my address is different now",
+        "send letters to the new address",
     ),
-    "open account": (
+    "account": (
         "I would like a new account",
-        "start a savings account for me",
-        "how do I become a customer",
-        "set up an account for my son",
+        "open an account for me",
+        "close my account",
+        "how do I get an account",
     ),
-    "close account": (
-        "shut down my account",
-        "I want to leave the bank",
-        "end my membership",
-        "delete my account for good",
+    "loan": (
+        "what interest is on a loan",
+        "I need a loan for a car",
+        "how expensive is a loan",
+        "can I get a loan for a house",
     ),
-    "loan rates": (
-        "what interest do you charge on loans",
-        "how expensive is borrowing",
-        "rates for a car loan",
-        "can I borrow for a house",
-    ),
-    "pay bill": (
-        "settle my electricity invoice",
-        "pay the water company",
+    "bill": (
+        "settle my electricity bill",
+        "pay the water bill",
         "my phone bill is due",
-        "clear the gas invoice today",
+        "clear the gas bill",
     ),
-    "report fraud": (
-        "someone used my card without asking",
-        "there are payments I never made",
-        "a stranger took money from me",
-        "my account was hacked",
+    "fraud": (
+        "I think this is fraud",
+        "report fraud on my payments",
+        "there was fraud yesterday",
+        "a stranger did fraud with my money",
     ),
-    "card limit": (
-        "raise the spending cap on my card",
-        "my card keeps getting declined at the max",
-        "how high can my card go",
-        "lower the daily limit please",
+    "limit": (
+        "raise the limit on spending",
+        "what is my daily limit",
+        "lower the limit please",
+        "I hit the limit again",
     ),
-    "exchange rate": (
-        "how many euros for a dollar",
-        "convert pounds to yen",
-        "what is the rate for francs",
-        "foreign currency prices today",
+    "exchange": (
+        "what is the exchange for euros",
+        "I need an exchange of pounds",
+        "the exchange for yen",
+        "how good is the exchange today",
     ),
+    "pin": ("I forgot my pin", "reset the pin", "change my pin code", "my pin does not work"),
 }
 OPENERS = ("", "hi, ", "hello, ", "excuse me, ", "quick question: ", "good morning, ", "hey, ", "sorry, ")
 CLOSERS = ("", " please", " thanks", " right now", " asap", " if you can", " thank you", " today")
-QUESTION = "Which intent does the customer message have?"
+QUESTION = "Which intent?"
 
 
 @SOURCES.register("intents")
