@@ -30,7 +30,7 @@ def test_dataset_prompts_are_the_readers(tiny_model):
         "options": ["balance", "card", "refund"],
         "question": "Which?",
     }
-    data = DecisionDataset(tok, rotations=None, shuffle_options=False)
+    data = DecisionDataset(tok, rotations=None, order="given")
     [ex] = data([record])
     assert ex["target"] == 1 and ex["perms"] == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
     reader = DecisionReader(HFDecisionBackend(model, tok))
@@ -63,3 +63,12 @@ def test_dataset_errors_name_the_field(tiny_model):
     )
     with pytest.raises(DataError, match="mixes"):
         DecisionCollator(tok)(mixed)
+
+
+def test_turn_orders_are_rotations_of_the_listing_or_its_reverse(tiny_model):
+    _, tok, _ = tiny_model
+    records = [{"text": f"m{i}", "label": i % 5, "options": ["a", "b", "c", "d", "e"]} for i in range(30)]
+    forward = {tuple(range(5)[s:] + range(5)[:s]) for s in range(5)}
+    listings = forward | {tuple(reversed(p)) for p in forward}
+    for ex in DecisionDataset(tok, order="turn", first_bias=0.5)(records):
+        assert tuple(ex["perms"][0]) in listings

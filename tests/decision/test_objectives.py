@@ -21,7 +21,7 @@ RECORDS = [
 
 
 def batch_of(tok, rotations):
-    data = DecisionDataset(tok, rotations=rotations, shuffle_options=False)
+    data = DecisionDataset(tok, rotations=rotations, order="given")
     return DecisionCollator(tok)(data(RECORDS))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -47,7 +47,8 @@ class DecisionDataset:
         question_field: the record field holding the question text.
         question: the question text when records have none.
         rotations: cyclic shifts of the base order per record (1: the base order alone; null: all K).
-        shuffle_options: base order a seeded shuffle of the options (else the order given).
+        order: the base order: "shuffle" (a seeded shuffle of the options), "turn" (the order
+            given or its reverse, cyclically shifted: a seeded one of these 2K listings) or "given".
         first_bias: probability that the base order puts the labelled option first: a planted
             position bias (the examples train a biased model with it, then remove the bias).
         system: the readout's system message.
@@ -65,7 +66,7 @@ class DecisionDataset:
         question_field: str = "question",
         question: str = "Which option applies?",
         rotations: int | None = 1,
-        shuffle_options: bool = True,
+        order: Literal["shuffle", "turn", "given"] = "shuffle",
         first_bias: float = 0.0,
         system: str = DEFAULT_SYSTEM,
         prompt_format: PromptFormat = "chat",
@@ -74,13 +75,15 @@ class DecisionDataset:
     ) -> None:
         if rotations is not None and rotations < 1:
             raise ConfigError(f"data.dataset.rotations: {rotations}; use 1 or more (null: all K).")
+        if order not in ("shuffle", "turn", "given"):
+            raise ConfigError(f"data.dataset.order: {order!r}; use shuffle, turn or given.")
         if not 0.0 <= first_bias <= 1.0:
             raise ConfigError(f"data.dataset.first_bias: {first_bias}; use a probability in [0, 1].")
         self.tokenizer = tokenizer
         self.fields = (state_field, options_field, label_field, question_field)
         self.question = question
         self.rotations = rotations
-        self.shuffle_options = shuffle_options
+        self.order = order
         self.first_bias = first_bias
         self.system = system
         self.prompt_format = prompt_format
@@ -105,17 +108,26 @@ class DecisionDataset:
             )
         return render_state(record[state_field]), q, target
 
+    def _base_order(self, k: int, target: int, rng: random.Random) -> list[int]:
+        first = bool(self.first_bias) and rng.random() < self.first_bias
+        if self.order == "turn":
+            listing = list(range(k)) if rng.random() < 0.5 else list(range(k))[::-1]
+            start = listing.index(target) if first else rng.randrange(k)
+            return listing[start:] + listing[:start]
+        base = list(range(k))
+        if self.order == "shuffle":
+            rng.shuffle(base)
+        if first:
+            base.remove(target)
+            base.insert(0, target)
+        return base
+
     def __call__(self, records: Sequence[Record]) -> list[Example]:
         rng = random.Random(self.seed)
         examples = []
         for index, record in enumerate(records):
             state, q, target = self._record(record, index)
-            base = list(range(q.k))
-            if self.shuffle_options:
-                rng.shuffle(base)
-            if self.first_bias and rng.random() < self.first_bias:
-                base.remove(target)
-                base.insert(0, target)
+            base = self._base_order(q.k, target, rng)
             key = (q.kind, q.k)
             if key not in self._labels:
                 self._labels[key] = resolve_labels(self.tokenizer, q)
