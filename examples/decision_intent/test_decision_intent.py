@@ -9,7 +9,9 @@ TINY = [
     "data.source.num_test=8",
     "trainer.batch_size=8",
     "eval.decision.max_examples=8",
-    "callbacks=none",
+    "~callbacks.console",
+    "~callbacks.memory",
+    "~callbacks.throughput",
     "device=cpu",
 ]
 KEYS = {f"eval/{lvl}_{m}" for lvl in ("raw", "L0") for m in ("accuracy", "ece", "flip_rate", "coverage_at_5")}

@@ -68,7 +68,7 @@ def test_dataset_errors_name_the_field(tiny_model):
 def test_turn_orders_are_rotations_of_the_listing_or_its_reverse(tiny_model):
     _, tok, _ = tiny_model
     records = [{"text": f"m{i}", "label": i % 5, "options": ["a", "b", "c", "d", "e"]} for i in range(30)]
-    forward = {tuple(range(5)[s:] + range(5)[:s]) for s in range(5)}
+    forward = {tuple(list(range(5))[s:] + list(range(5))[:s]) for s in range(5)}
     listings = forward | {tuple(reversed(p)) for p in forward}
     for ex in DecisionDataset(tok, order="turn", first_bias=0.5)(records):
         assert tuple(ex["perms"][0]) in listings
