@@ -26,8 +26,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import toolbox.decision.calibrate as cal
 from toolbox.core.registries import OBJECTIVES
-from toolbox.decision import calibrate as cal
 from toolbox.objectives.base import LossOutput, SupervisedObjective
 
 

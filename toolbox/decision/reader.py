@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from toolbox.decision import calibrate as cal
+import toolbox.decision.calibrate as cal
 from toolbox.decision.backends.base import DecisionBackend, Encoded, Group
 from toolbox.decision.levels import LinearHead, TemperatureScaler, candidate_layers, fit_head
 from toolbox.decision.prompt import (
