@@ -14,8 +14,8 @@ LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
 ADAPTERS = Registry("adapter", modules=("toolbox.nn.adapters",))
 TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
 SOURCES = Registry("source", modules=("toolbox.data.sources", "toolbox.data.prepared"))
-DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))
-COLLATORS = Registry("collator", modules=("toolbox.data.collators",))
+DATASETS = Registry("dataset", modules=("toolbox.data.datasets", "toolbox.decision.data"))
+COLLATORS = Registry("collator", modules=("toolbox.data.collators", "toolbox.decision.data"))
 OBJECTIVES = Registry(
     "objective",
     modules=(
@@ -23,6 +23,7 @@ OBJECTIVES = Registry(
         "toolbox.objectives.preference",
         "toolbox.objectives.dpo_family",
         "toolbox.objectives.policy",
+        "toolbox.decision.objectives",
     ),
 )
 OPTIMIZERS = Registry("optimizer", modules=("toolbox.trainer.optim",))
@@ -49,6 +50,6 @@ LAUNCHERS = Registry(
 ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
 REWARDS = Registry("reward", modules=("toolbox.rewards",))
 ADVANTAGES = Registry("advantage", modules=("toolbox.rl.advantages",))
-EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators",))
+EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators", "toolbox.eval.decision"))
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
 VECTOR_INDEXES = Registry("vector_index", modules=("toolbox.memory.index",))

@@ -8,6 +8,7 @@
 - ``hub``: ``datasets.load_dataset`` (needs the Hugging Face Hub or its cache).
 - ``gsm8k``: the GSM8K grade-school math problems from a local jsonl file.
 - ``blobs``: generated Gaussian clusters for classifiers (facts: in_dim, num_classes).
+- ``intents``: generated customer messages with one of 12 intents (decision readouts).
 """
 
 from toolbox.data.sources import (  # noqa: F401  (registers the sources)
@@ -17,5 +18,6 @@ from toolbox.data.sources import (  # noqa: F401  (registers the sources)
     blobs,
     gsm8k,
     hub,
+    intents,
     local,
 )

@@ -153,6 +153,15 @@ class SlotRunner:
             k[dst, :, :length].copy_(k[src, :, :length])
             v[dst, :, :length].copy_(v[src, :, :length])
 
+    def copy_slots(self, src: list[int], dst: list[int], length: int) -> None:
+        """Copy the first ``length`` cached positions of each ``src[i]`` into ``dst[i]`` (one op per layer)."""
+        self.ensure_capacity(length)
+        src_idx = torch.tensor(src, dtype=torch.long, device=self.device)
+        dst_idx = torch.tensor(dst, dtype=torch.long, device=self.device)
+        for k, v in zip(self.k_cache, self.v_cache, strict=True):
+            k[dst_idx, :, :length] = k[src_idx, :, :length]
+            v[dst_idx, :, :length] = v[src_idx, :, :length]
+
     # weights -------------------------------------------------------------------------------------
     def _weights(self) -> list[_Layer]:
         """The tensors the forward uses, rebuilt when the model's parameters change.
@@ -248,6 +257,53 @@ class SlotRunner:
             x = self._layer(i, w, x, cos, sin, attend)
         last = torch.tensor([n - 1 for n in lengths], device=self.device)
         return self._logits(x[torch.arange(len(prompts), device=self.device), last])
+
+    def extend(self, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
+        """Continue the sequences in slots ``0 .. B-1``: slot ``b`` holds ``starts[b]`` cached positions
+        (a prefix prefilled or copied there); ``chunks[b]`` is run at positions ``starts[b] ..`` after
+        them. Returns the logits at each chunk's last token ``[B, V]``.
+
+        Rows are right-padded to the longest chunk; a padded position writes its key/value past the
+        row's last real one, where no real query looks. Each query attends to its row's cached
+        prefix and, causally, to its own chunk: the same numbers as prefilling prefix + chunk at once.
+        """
+        b = len(chunks)
+        lengths = [len(c) for c in chunks]
+        t = max(lengths)
+        end = max(s + t for s in starts)
+        if end > self.max_model_len:
+            raise ValueError(f"a sequence of {end} tokens exceeds max_model_len={self.max_model_len}")
+        self.ensure_capacity(end)
+        ids = torch.zeros((b, t), dtype=torch.long, device=self.device)
+        for i, c in enumerate(chunks):
+            ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        start = torch.tensor(starts, dtype=torch.long, device=self.device)
+        positions = start.unsqueeze(1) + self._positions[:t].unsqueeze(0)  # [B, t]
+        # key j is visible to the query at position p of its row iff j <= p
+        mask = (self._positions[:end].view(1, 1, end) <= positions.unsqueeze(2)).unsqueeze(
+            1
+        )  # [B, 1, t, end]
+        slot_idx = self._slot_ids[:b]
+        rows = (
+            (slot_idx.view(b, 1, 1) * self.num_kv_heads + self._head_ids.view(1, -1, 1)) * self.capacity
+            + positions.unsqueeze(1)
+        ).reshape(-1)
+        weights = self._weights()
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kc, vc = self.k_cache[i], self.v_cache[i]
+            kc.view(-1, self.head_dim).index_copy_(0, rows, k.reshape(-1, self.head_dim))
+            vc.view(-1, self.head_dim).index_copy_(0, rows, v.reshape(-1, self.head_dim))
+            return F.scaled_dot_product_attention(
+                q, kc[:b, :, :end], vc[:b, :, :end], attn_mask=mask, scale=self.scaling, enable_gqa=self.gqa
+            )
+
+        x = F.embedding(ids, self._head[0])
+        cos, sin = self._rope_tables(x, positions)
+        for i, w in enumerate(weights):
+            x = self._layer(i, w, x, cos, sin, attend)
+        last = torch.tensor([n - 1 for n in lengths], device=self.device)
+        return self._logits(x[torch.arange(b, device=self.device), last])
 
     def decode(
         self, tokens: torch.Tensor, positions: torch.Tensor, max_position: int, min_position: int = -1

@@ -1,0 +1,81 @@
+"""Decision objectives read the same distributions as the reader, and their losses are the stated ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from toolbox.decision import DecisionReader, Question
+from toolbox.decision.backends.hf import HFDecisionBackend
+from toolbox.decision.data import DecisionCollator, DecisionDataset
+from toolbox.decision.objectives import DecisionCE, DecisionDistill, label_logprobs
+
+OPTIONS = ["lost card", "balance", "transfer", "refund"]
+TEXTS = ["I lost my card", "what is my balance", "send money", "refund me", "card gone", "balance?",
+         "transfer 5", "money back", "stolen card", "how much"]  # fmt: skip
+RECORDS = [
+    {"text": t, "label": i % 4, "options": OPTIONS, "question": "Which intent?"} for i, t in enumerate(TEXTS)
+]
+
+
+def batch_of(tok, rotations):
+    data = DecisionDataset(tok, rotations=rotations, order="given")
+    return DecisionCollator(tok)(data(RECORDS))
+
+
+def test_batch_readout_equals_reader_raw_and_l0(tiny_model):
+    model, tok, _ = tiny_model
+    batch = batch_of(tok, rotations=None)
+    assert batch["input_ids"].shape[0] == len(TEXTS) * 4 and batch["perms"].shape == (len(TEXTS), 4, 4)
+    with torch.no_grad():
+        logp = label_logprobs(model, batch)  # [B, R, K] by option
+        teacher = DecisionDistill(min_prior_n=8).teacher(logp, batch["perms"]).exp().numpy()
+    q = Question.choice("Which intent?", OPTIONS)
+    reader = DecisionReader(HFDecisionBackend(model, tok), prior="batch", min_prior_n=8)
+    raw = np.stack([d.probs for d in reader.decide_batch(TEXTS, q, level="raw")])
+    np.testing.assert_allclose(logp[:, 0].exp().numpy(), raw, atol=1e-5)
+    l0 = np.stack(
+        [d.probs for d in reader.decide_batch(TEXTS, q, level="L0")]
+    )  # fresh prior: these 10 states
+    np.testing.assert_allclose(teacher, l0, atol=1e-5)
+
+
+def test_decision_ce_is_cross_entropy_of_restricted_softmax(tiny_model):
+    model, tok, _ = tiny_model
+    batch = batch_of(tok, rotations=2)
+    out = DecisionCE()(model, batch)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"]).logits[torch.arange(20), batch["last"]]
+        restricted = logits.gather(-1, batch["label_ids"])  # by position
+        inverse = torch.argsort(batch["perms"].view(20, 4), dim=-1)
+        by_option = restricted.gather(-1, inverse)
+        want = F.cross_entropy(by_option, batch["target"].repeat_interleave(2), reduction="sum")
+    assert out.num_items == 20
+    assert abs(float(out.loss_sum.detach()) - float(want)) < 1e-4
+    out.loss_sum.backward()
+    assert model.lm_head.weight.grad is not None and float(model.lm_head.weight.grad.abs().sum()) > 0
+    model.zero_grad(set_to_none=True)
+
+
+def test_distill_loss_is_kl_to_l0_plus_consistency(tiny_model):
+    model, tok, _ = tiny_model
+    batch = batch_of(tok, rotations=None)
+    objective = DecisionDistill(consistency=0.5)
+    out = objective(model, batch)
+    with torch.no_grad():
+        logp = label_logprobs(model, batch)
+        teacher = objective.teacher(logp, batch["perms"])
+        kl = F.kl_div(logp[:, 0], teacher, log_target=True, reduction="sum")
+        consensus = torch.log_softmax(logp.mean(1), -1)
+        cons = sum(F.kl_div(logp[:, r], consensus, log_target=True, reduction="sum") for r in range(4)) / 4
+    assert out.num_items == len(TEXTS)
+    assert abs(float(out.loss_sum.detach()) - float(kl + 0.5 * cons)) < 1e-4
+    assert out.metrics["distill_kl"] > 0 and out.metrics["consistency_kl"] > 0
+
+
+def test_distill_needs_rotations(tiny_model):
+    model, tok, _ = tiny_model
+    with pytest.raises(ValueError, match="at least 2 option orders"):
+        DecisionDistill()(model, batch_of(tok, rotations=1))

@@ -1,0 +1,147 @@
+"""Decision objectives: train a model's one-pass (raw) readout, through the supervised trainer.
+
+Both read the label tokens at the answer position of every row of a ``decision`` batch (the
+collator of ``toolbox.decision.data``), as the reader does: the log-softmax over the vocabulary,
+restricted to the K label tokens and renormalised (the "restricted label softmax"), then mapped
+from positions to options.
+
+- ``decision_ce``: cross entropy of the labelled option under the restricted softmax, every row
+  (every option order of an item) counted.
+- ``decision_distill``: self-distillation. The teacher is the model's own L0 distribution over the
+  batch's rotations (log-mean over the rotations after dividing the batch prior out, exactly as the
+  reader's L0, with no gradient), or a ``teacher`` distribution the data carries (a reasoning
+  pass's, say). The loss is ``KL(teacher || raw)``, raw being the first order read (the base
+  order), plus ``consistency`` times the permutation-consistency term: the mean over the rotations
+  of ``KL(consensus || rotation)``, the consensus being the log-mean of the rotations (no
+  gradient). No labels are used; ``ce_weight`` > 0 adds the supervised term.
+
+Both are ``SupervisedObjective``s: they return a loss summed over items and the item count, and the
+supervised trainer takes the one optimizer step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import toolbox.decision.calibrate as cal
+from toolbox.core.registries import OBJECTIVES
+from toolbox.objectives.base import LossOutput, SupervisedObjective
+
+
+def label_logprobs(model: Any, batch: dict[str, Any]) -> torch.Tensor:
+    """Restricted label log-softmax by option, ``[B, R, K]`` (rotation r of item b, option k)."""
+    ids, last = batch["input_ids"], batch["last"]
+    b, r, k = batch["perms"].shape
+    rows = torch.arange(ids.shape[0], device=ids.device)
+    if getattr(model, "accepts_logits_mask", False):  # the lean training forward: only these logits
+        mask = torch.zeros_like(ids, dtype=torch.bool)
+        mask[rows, last] = True
+        logits = model(input_ids=ids, logits_mask=mask).logits
+    else:  # right padding: causal attention never looks right, so no mask is needed
+        logits = model(input_ids=ids).logits[rows, last]
+    full = torch.log_softmax(logits.float(), dim=-1)
+    restricted = torch.log_softmax(full.gather(-1, batch["label_ids"]), dim=-1)  # [B*R, K] by position
+    return cal.to_options(restricted.view(b, r, k), batch["perms"])
+
+
+def _kl(target_log: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """``KL(p || q)`` summed over the last dim, from log-probabilities."""
+    return (target_log.exp() * (target_log - log_q)).sum(dim=-1)
+
+
+@OBJECTIVES.register("decision_ce")
+class DecisionCE(SupervisedObjective):
+    """Cross entropy of the labelled option under the restricted label softmax (every option order).
+
+    Args:
+        label_smoothing: mass moved uniformly over the K options.
+    """
+
+    accuracy_name = "decision_accuracy"
+
+    def __init__(self, label_smoothing: float = 0.0) -> None:
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError("objective.label_smoothing must be in [0, 1)")
+        self.label_smoothing = label_smoothing
+
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
+        logp = label_logprobs(model, batch)
+        b, r, k = logp.shape
+        target = batch["target"].repeat_interleave(r)
+        loss = F.nll_loss(logp.reshape(b * r, k), target, reduction="sum")
+        if self.label_smoothing:
+            loss = (1 - self.label_smoothing) * loss - self.label_smoothing * logp.mean(dim=-1).sum()
+        with torch.no_grad():
+            correct = float((logp.argmax(-1).reshape(-1) == target).sum())
+        return LossOutput(loss, b * r, {"correct": correct})
+
+
+@OBJECTIVES.register("decision_distill")
+class DecisionDistill(SupervisedObjective):
+    """Self-distillation of the raw readout onto the model's own L0, plus permutation consistency.
+
+    Args:
+        consistency: weight of the permutation-consistency term.
+        ce_weight: weight of the supervised cross entropy of the raw readout (0: no labels used).
+        prior: the teacher's label prior: "batch" (the batch's mean distribution per rotation,
+            once it has ``min_prior_n`` items) or "none".
+        prior_strength: the prior's exponent (AnyJev's 0.75).
+        min_prior_n: items a batch needs before its prior is used.
+    """
+
+    accuracy_name = "decision_accuracy"
+
+    def __init__(
+        self,
+        consistency: float = 1.0,
+        ce_weight: float = 0.0,
+        prior: str = "batch",
+        prior_strength: float = 0.75,
+        min_prior_n: int = 8,
+    ) -> None:
+        if prior not in ("batch", "none"):
+            raise ValueError(f"objective.prior={prior!r}: use batch or none")
+        self.consistency = consistency
+        self.ce_weight = ce_weight
+        self.prior = prior
+        self.prior_strength = prior_strength
+        self.min_prior_n = min_prior_n
+
+    def teacher(self, logp: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
+        """The L0 log-distribution ``[B, K]`` from the rotations' log-probs by option (no gradient)."""
+        with torch.no_grad():
+            by_position = torch.gather(logp, -1, perms).exp().double()  # back to positions
+            if self.prior == "batch" and logp.shape[0] >= self.min_prior_n:
+                by_position = cal.divide_prior(by_position, cal.batch_prior(by_position), self.prior_strength)
+            return torch.log(cal.marginalize(by_position, perms).clamp_min(cal.LOG_EPS)).float()
+
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
+        logp = label_logprobs(model, batch)  # [B, R, K] by option
+        b, r, _ = logp.shape
+        if "teacher" in batch:
+            teacher = torch.log(batch["teacher"].float().clamp_min(cal.LOG_EPS))
+        else:
+            if r < 2:
+                raise ValueError(
+                    "decision_distill needs at least 2 option orders per item for its L0 teacher "
+                    "(data.dataset.rotations=null for all K), or a teacher distribution in the data"
+                )
+            teacher = self.teacher(logp, batch["perms"])
+        distill = _kl(teacher, logp[:, 0])  # [B]
+        loss = distill.sum()
+        metrics = {"distill_kl": float(distill.sum())}
+        if r > 1 and self.consistency:
+            consensus = cal.logmean(logp).detach()  # [B, K]
+            consistency = _kl(consensus.unsqueeze(1), logp).mean(dim=1)  # [B]
+            loss = loss + self.consistency * consistency.sum()
+            metrics["consistency_kl"] = float(consistency.sum())
+        if self.ce_weight:
+            loss = loss + self.ce_weight * F.nll_loss(logp[:, 0], batch["target"], reduction="sum")
+        with torch.no_grad():
+            answers = logp.argmax(-1)  # [B, R] options
+            metrics["correct"] = float((answers[:, 0] == batch["target"]).sum())
+            metrics["flips"] = float((answers != answers[:, :1]).float().mean(dim=1).sum())
+        return LossOutput(loss, b, metrics)
