@@ -271,6 +271,11 @@ def bench_scale(args) -> dict:
     return out
 
 
+def labels_to_rows(index, labels: np.ndarray) -> np.ndarray:
+    """hnswlib labels -> rows of data (each insert has its own label; item id = row + 1)."""
+    return np.array([[index._id[int(label)] - 1 for label in row] for row in labels], dtype=np.int64)
+
+
 def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, args) -> dict:
     """Search latency and recall of the bare graph, our index, the store, exact and filtered search."""
     from toolbox.memory.index.exact import ExactIndex
@@ -290,7 +295,7 @@ def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, ar
         row["search"].append(
             {
                 "ef": ef,
-                "bare": {**bare_lat, "recall_at_10": recall(bare_found.astype(np.int64) - 1, truth)},
+                "bare": {**bare_lat, "recall_at_10": recall(labels_to_rows(index, bare_found), truth)},
                 "index": {**ours_lat, "recall_at_10": recall(ours_found - 1, truth)},
                 "store": {**store_lat, "recall_at_10": recall(store_found - 1, truth)},
                 "index_over_bare_p50": ours_lat["p50_ms"] / bare_lat["p50_ms"],
