@@ -222,3 +222,22 @@ def test_export_writes_json_lines(memory, tmp_path):
     n = memory.export(tmp_path / "out.jsonl", filters={"i": {"gte": 3}})
     lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert n == 2 and [x["text"] for x in lines] == FACTS[3:] and lines[0]["metadata"] == {"i": 3}
+
+
+def test_broad_filters_oversample_the_graph(tmp_path):
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((400, 64)).astype(np.float32)
+    m = EpisodicMemory(tmp_path, embedder=HASH, index={"name": "hnsw", "exact_below": 5, "ef_search": 100})
+    m.add_many([f"item {i}" for i in range(400)], [{"topic": i % 4} for i in range(400)], vectors=vectors)
+    queries = rng.standard_normal((20, 64)).astype(np.float32)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    hits = 0
+    for q in queries:
+        found = m.search(q, k=5, filters={"topic": 1})  # 100 matching > exact_below: the oversampled path
+        assert len(found) == 5 and all(it.metadata["topic"] == 1 for it in found)
+        scores = unit[1::4] @ (q / np.linalg.norm(q))
+        truth = {4 * int(j) + 2 for j in np.argsort(-scores)[:5]}  # ids start at 1
+        hits += len(truth & {it.id for it in found})
+    assert hits / (5 * len(queries)) >= 0.9
+    assert m.search(queries[0], k=5, filters={"topic": 7}) == []
+    m.close()

@@ -675,15 +675,11 @@ class EpisodicMemory:
                 raise ConfigError(
                     f"search: the query vector has {qv.shape[1]} dimensions, the store {self.embedder.dim}."
                 )
-        allowed = None
-        if filters:
-            allowed = np.array(self.where(filters), dtype=np.int64)
-            if len(allowed) == 0:
-                return []
         blend = recency_half_life is not None or (text_weight > 0 and isinstance(query, str))
         n_cand = max(4 * k, 50) if blend else k
-        ids, sims = self.index.search(qv, n_cand, allowed)
-        cand = {i: s for i, s in zip(ids[0].tolist(), sims[0].tolist(), strict=True) if i >= 0}
+        cand = self._vector_candidates(qv, n_cand, filters)
+        if cand is None:
+            return []
         text_scores: dict[int, float] = {}
         if text_weight > 0 and isinstance(query, str):
             text_scores = self._text_match(query, n_cand, filters)
@@ -712,6 +708,54 @@ class EpisodicMemory:
         out = scored[:k]
         if self.eviction == "lru" and out:
             self._touch([it.id for it in out])
+        return out
+
+    def _vector_candidates(
+        self, qv: np.ndarray, n: int, filters: Mapping[str, Any] | None
+    ) -> dict[int, float] | None:
+        """The ``n`` best ``{id: similarity}`` among the items ``filters`` allows (None: none allowed).
+
+        A filter matching at most the index's ``exact_below`` items is searched exactly over them. A
+        broader one (an approximate index) searches the whole graph for more candidates than needed
+        and keeps those SQLite says match, widening 4× until ``n`` survive (when none is left to
+        widen to, the allowed ids are handed to the index); it never materialises the allowed ids.
+        """
+        assert self._db is not None
+        if not filters:
+            ids, sims = self.index.search(qv, n)
+            return {i: s for i, s in zip(ids[0].tolist(), sims[0].tolist(), strict=True) if i >= 0}
+        sql, params = compile_filter(filters, self._fields)
+        limit = getattr(self.index, "exact_below", None)
+        matching = self._db.execute(f"SELECT count(*) FROM items WHERE {sql}", params).fetchone()[0]
+        if matching == 0:
+            return None
+        if limit is not None and matching > limit:
+            want = min(self._count, max(2 * n * self._count // matching, 4 * n))
+            while True:
+                ids, sims = self.index.search(qv, want)
+                found = {i: s for i, s in zip(ids[0].tolist(), sims[0].tolist(), strict=True) if i >= 0}
+                keep = self._matching(list(found), sql, params)
+                if len(keep) >= min(n, matching) or want >= self._count:
+                    best = sorted(keep, key=lambda i: -found[i])[:n]
+                    return {i: found[i] for i in best}
+                want = min(self._count, 4 * want)
+                if want > 4096:  # too sparse among the nearest: let the index walk with the filter
+                    break
+        allowed = np.array(self.where(filters), dtype=np.int64)
+        ids, sims = self.index.search(qv, n, allowed)
+        return {i: s for i, s in zip(ids[0].tolist(), sims[0].tolist(), strict=True) if i >= 0}
+
+    def _matching(self, ids: list[int], sql: str, params: list[Any]) -> list[int]:
+        """The ids among ``ids`` that match the compiled filter."""
+        assert self._db is not None
+        out: list[int] = []
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = self._db.execute(
+                f"SELECT id FROM items WHERE id IN ({','.join('?' * len(chunk))}) AND ({sql})",
+                (*chunk, *params),
+            )
+            out.extend(r[0] for r in rows)
         return out
 
     def _rows(self, ids: list[int]) -> list[MemoryItem]:
