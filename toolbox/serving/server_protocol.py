@@ -1,28 +1,57 @@
 """Request bodies of ``toolbox serve`` (the OpenAI API subset it serves), as pydantic models.
 
-Validation errors become 400 responses with an OpenAI-style body (see ``server.py``). Unknown fields
-are ignored, as OpenAI and vLLM do; vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``,
-``ignore_eos``, ``stop_token_ids``, ``return_tokens_as_token_ids``, ``return_token_ids``) are accepted.
+Every field OpenAI defines for these two routes is either implemented or refused with a 400 that
+names it (``echo``, ``suffix``, ``best_of`` other than ``n``); a field neither OpenAI nor vLLM's
+extensions define is refused too, unless the server runs with ``--allow-unknown-fields`` (then it is
+dropped; ``server_request.py`` does that before validation). vLLM's extensions (``top_k``,
+``min_p``, ``repetition_penalty``, ``ignore_eos``, ``stop_token_ids``, ``return_tokens_as_token_ids``,
+``return_token_ids``) are accepted. Ranges are OpenAI's: temperature 0..2, presence and frequency
+penalties -2..2, logit_bias values -100..100 keyed by integer token ids.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from toolbox.serving.engine import SamplingParams
 
 MAX_N = 16
+Strict = ConfigDict(extra="forbid", allow_inf_nan=False)
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = Strict
     include_usage: bool = False
 
 
+class JSONSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``{"type": "text"}``, ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema":
+    {"name", "schema", ...}}``: the last two by constrained decoding (``structured.py``)."""
+
+    model_config = Strict
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError('response_format.json_schema goes with (and only with) type "json_schema"')
+        return self
+
+
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = Strict
 
     model: str
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -31,6 +60,15 @@ class _Sampling(BaseModel):
     top_k: Annotated[int, Field(ge=-1)] = 0
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     repetition_penalty: Annotated[float, Field(gt=0.0, le=10.0)] = 1.0
+    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty = 0.0
+    logit_bias: (
+        Annotated[
+            dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Field(ge=-100, le=100)]],
+            Field(max_length=300),
+        ]
+        | None
+    ) = None
     n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     stop: str | Annotated[list[str], Field(max_length=16)] | None = None
@@ -43,6 +81,7 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("stop")
     @classmethod
@@ -61,6 +100,9 @@ class _Sampling(BaseModel):
             top_k=max(self.top_k, 0),
             min_p=self.min_p,
             repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias={int(k): float(v) for k, v in (self.logit_bias or {}).items()},
             n=self.n,
             seed=self.seed,
             stop=stop,
@@ -85,14 +127,20 @@ class CompletionRequest(_Sampling):
     )
     max_tokens: Annotated[int, Field(ge=1)] | None = 16
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
-    echo: bool = False
+    echo: Literal[False] = Field(False, description="not supported: only false")
+    suffix: None = Field(None, description="not supported: only null")
+    best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = Field(
+        None, description="supported only equal to n (the n completions are all returned)"
+    )
 
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("echo is not supported")
-        return v
+    @model_validator(mode="after")
+    def _best_of_is_n(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError(
+                f"best_of={self.best_of} is not supported: this server returns every completion it "
+                f"generates, so best_of must equal n ({self.n}) or be left out"
+            )
+        return self
 
     def prompts(self) -> list[str | list[int]]:
         p = self.prompt
@@ -104,15 +152,46 @@ class CompletionRequest(_Sampling):
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = Strict
     type: Literal["text"]
     text: str
 
 
+class FunctionCall(BaseModel):
+    model_config = Strict
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(BaseModel):
+    model_config = Strict
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """One message. ``user``, ``system``, ``developer`` and ``tool`` messages need content; an
+    ``assistant`` message may carry ``tool_calls`` instead; a ``tool`` message names its call."""
+
+    model_config = Strict
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content_by_role(self) -> ChatMessage:
+        if self.role != "assistant" and self.content is None:
+            raise ValueError(f"a {self.role} message needs content (a string or a list of text parts)")
+        if self.role == "assistant" and self.content is None and not self.tool_calls:
+            raise ValueError("an assistant message needs content or tool_calls")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
 
     def text(self) -> str:
         if self.content is None:
@@ -122,6 +201,31 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
+class FunctionDefinition(BaseModel):
+    model_config = Strict
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = Strict
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    model_config = Strict
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = Strict
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(_Sampling):
     """``POST /v1/chat/completions``: messages rendered with the model's chat template."""
 
@@ -129,9 +233,27 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    tools: Annotated[list[Tool], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     @model_validator(mode="after")
-    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+    def _consistent(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise ValueError("tool_choice needs tools")
+        if isinstance(self.tool_choice, NamedToolChoice):
+            names = {t.function.name for t in self.tools or []}
+            if self.tool_choice.function.name not in names:
+                raise ValueError(
+                    f"tool_choice names {self.tool_choice.function.name!r}, which is not in tools"
+                )
+        if (
+            self.response_format is not None
+            and self.response_format.type != "text"
+            and self.tool_choice not in (None, "none")
+            and self.tool_choice != "auto"
+        ):
+            raise ValueError("response_format and a forced tool_choice cannot both constrain the output")
         return self
