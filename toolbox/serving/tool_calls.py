@@ -70,8 +70,9 @@ def parse(text: str) -> tuple[str | None, list[ParsedCall]]:
         pos = match.end()
         calls.append(ParsedCall(obj["name"], json.dumps(args, separators=(",", ":"))))
     kept.append(text[pos:])
-    content = "".join(kept).strip() if calls else text
-    return (content or None), calls
+    if not calls:
+        return text, calls
+    return ("".join(kept).strip() or None), calls
 
 
 def forced(tools: list[dict[str, Any]], name: str | None = None) -> StructuredOutput:
