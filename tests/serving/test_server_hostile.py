@@ -145,7 +145,7 @@ def test_penalties_change_output_as_the_engine_computes(server, model, tokenizer
         ({"suffix": "x"}, "suffix"),
         ({"echo": True}, "echo"),
         ({"foo": 1}, "foo"),
-        ({"response_format": {"type": "yaml"}}, "response_format.type"),
+        ({"response_format": {"type": "yaml"}}, "response_format"),
         ({"response_format": {"type": "json_schema"}}, "response_format"),
     ],
 )
@@ -162,7 +162,8 @@ def test_unimplemented_or_out_of_range_fields_are_400_naming_them(server, fields
     [
         {"role": "user"},
         {"role": "user", "content": None},
-        {"role": "assistant"},
+        {"role": "user", "content": "x", "tool_call_id": "1"},
+        {"role": "assistant", "content": "x", "tool_calls": [{"id": "1", "function": {"name": "f"}}]},
         {"role": "tool", "content": "42"},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
         {"role": "user", "content": "x", "audio": {}},

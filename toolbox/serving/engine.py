@@ -27,6 +27,10 @@ class PromptTooLongError(EngineError, ValueError):
     """The prompt leaves no room for a generated token within the model's context (a server: 400)."""
 
 
+class GrammarError(EngineError, ValueError):
+    """A ``StructuredOutput`` that cannot be compiled (a bad JSON schema or grammar; a server: 400)."""
+
+
 class EngineClosedError(EngineError):
     """The engine was shut down (or its loop failed) before the request finished."""
 

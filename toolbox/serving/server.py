@@ -165,6 +165,20 @@ _ERRORS = {
 }
 
 
+def _closed(schema: Any) -> Any:
+    """pydantic writes a dict with constrained keys as ``patternProperties`` alone, which admits any
+    other key; the validator does not, so the document says so (``additionalProperties: false``)."""
+    if isinstance(schema, dict):
+        if "patternProperties" in schema:
+            schema.setdefault("additionalProperties", False)
+        for value in schema.values():
+            _closed(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _closed(value)
+    return schema
+
+
 def _openapi(app: FastAPI, model_name: str) -> dict[str, Any]:
     """FastAPI's document with the request bodies (validated by ``server_request``, not by FastAPI)
     and every status each route answers, errors in OpenAI's shape."""
@@ -180,7 +194,7 @@ def _openapi(app: FastAPI, model_name: str) -> dict[str, Any]:
         ("/v1/completions", CompletionRequest),
         ("/v1/chat/completions", ChatCompletionRequest),
     ):
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schema = _closed(model.model_json_schema(ref_template="#/components/schemas/{model}"))
         schemas.update(schema.pop("$defs", {}))
         schema["properties"]["model"]["enum"] = [model_name]
         schemas[model.__name__] = schema

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolbox.serving.engine import EngineClosedError, EngineError, PromptTooLongError, QueueFullError
+from toolbox.serving.engine import (
+    EngineClosedError,
+    EngineError,
+    GrammarError,
+    PromptTooLongError,
+    QueueFullError,
+)
 
 
 class APIError(Exception):
@@ -45,6 +51,8 @@ def engine_error(e: BaseException) -> APIError:
         return APIError(503, str(e), "service_unavailable", None, "shutting_down")
     if isinstance(e, PromptTooLongError):
         return bad_request(str(e), "prompt", "context_length_exceeded")
+    if isinstance(e, GrammarError):
+        return bad_request(str(e), str(e).split(":", 1)[0], "invalid_schema")
     if isinstance(e, ValueError):
         message = str(e)
         param = message.split(":", 1)[0] if ":" in message and " " not in message.split(":", 1)[0] else None

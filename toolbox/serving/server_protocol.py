@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from toolbox.serving.engine import SamplingParams
 
 MAX_N = 16
 Strict = ConfigDict(extra="forbid", allow_inf_nan=False)
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+NonEmpty = Annotated[str, Field(min_length=1)]
 
 
 class StreamOptions(BaseModel):
@@ -35,19 +37,32 @@ class JSONSchemaFormat(BaseModel):
     strict: bool | None = None
 
 
-class ResponseFormat(BaseModel):
-    """``{"type": "text"}``, ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema":
-    {"name", "schema", ...}}``: the last two by constrained decoding (``structured.py``)."""
-
+class TextFormat(BaseModel):
     model_config = Strict
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JSONSchemaFormat | None = None
+    type: Literal["text"]
 
-    @model_validator(mode="after")
-    def _schema_with_its_type(self) -> ResponseFormat:
-        if (self.type == "json_schema") != (self.json_schema is not None):
-            raise ValueError('response_format.json_schema goes with (and only with) type "json_schema"')
-        return self
+
+class JSONObjectFormat(BaseModel):
+    model_config = Strict
+    type: Literal["json_object"]
+
+
+class JSONSchemaResponseFormat(BaseModel):
+    model_config = Strict
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaFormat
+
+
+# {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": {"name",
+# "schema", ...}}: the last two by constrained decoding (structured.py)
+ResponseFormat = Annotated[
+    TextFormat | JSONObjectFormat | JSONSchemaResponseFormat, Field(discriminator="type")
+]
+
+
+def combination_error(message: str) -> PydanticCustomError:
+    """Fields that are each valid but not together (a 400 with code ``invalid_combination``)."""
+    return PydanticCustomError("invalid_combination", message)
 
 
 class _Sampling(BaseModel):
@@ -71,7 +86,7 @@ class _Sampling(BaseModel):
     ) = None
     n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
-    stop: str | Annotated[list[str], Field(max_length=16)] | None = None
+    stop: NonEmpty | Annotated[list[NonEmpty], Field(max_length=16)] | None = None
     stop_token_ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=64)] | None = None
     ignore_eos: bool = False
     # vLLM's: name every token of the logprobs objects "token_id:{id}" rather than by its text
@@ -82,14 +97,6 @@ class _Sampling(BaseModel):
     stream_options: StreamOptions | None = None
     user: str | None = None
     response_format: ResponseFormat | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stop_not_empty(cls, v: str | list[str] | None) -> str | list[str] | None:
-        stops = [v] if isinstance(v, str) else v or []
-        if any(s == "" for s in stops):
-            raise ValueError("stop strings must not be empty")
-        return v
 
     def sampling_params(self, max_tokens: int, logprobs: bool, top_logprobs: int = 0) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -136,7 +143,7 @@ class CompletionRequest(_Sampling):
     @model_validator(mode="after")
     def _best_of_is_n(self) -> CompletionRequest:
         if self.best_of is not None and self.best_of != self.n:
-            raise ValueError(
+            raise combination_error(
                 f"best_of={self.best_of} is not supported: this server returns every completion it "
                 f"generates, so best_of must equal n ({self.n}) or be left out"
             )
@@ -170,28 +177,16 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
-class ChatMessage(BaseModel):
-    """One message. ``user``, ``system``, ``developer`` and ``tool`` messages need content; an
-    ``assistant`` message may carry ``tool_calls`` instead; a ``tool`` message names its call."""
+Content = str | list[ContentPart]
 
+
+class _Message(BaseModel):
     model_config = Strict
-    role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[ContentPart] | None = None
     name: str | None = None
+
+    content: Content | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
-
-    @model_validator(mode="after")
-    def _content_by_role(self) -> ChatMessage:
-        if self.role != "assistant" and self.content is None:
-            raise ValueError(f"a {self.role} message needs content (a string or a list of text parts)")
-        if self.role == "assistant" and self.content is None and not self.tool_calls:
-            raise ValueError("an assistant message needs content or tool_calls")
-        if self.tool_calls is not None and self.role != "assistant":
-            raise ValueError("only assistant messages carry tool_calls")
-        if self.role == "tool" and not self.tool_call_id:
-            raise ValueError("a tool message needs the tool_call_id of the call it answers")
-        return self
 
     def text(self) -> str:
         if self.content is None:
@@ -199,6 +194,39 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class SystemMessage(_Message):
+    role: Literal["system", "developer"]
+    content: Content
+    tool_calls: None = None
+    tool_call_id: None = None
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+    content: Content
+    tool_calls: None = None
+    tool_call_id: None = None
+
+
+class AssistantMessage(_Message):
+    """Its ``content`` may be null (a turn that only called tools)."""
+
+    role: Literal["assistant"]
+    tool_call_id: None = None
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str
+    tool_calls: None = None
+
+
+ChatMessage = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
 
 
 class FunctionDefinition(BaseModel):
@@ -240,13 +268,13 @@ class ChatCompletionRequest(_Sampling):
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs needs logprobs: true")
-        if self.tool_choice not in (None, "none") and not self.tools:
-            raise ValueError("tool_choice needs tools")
+            raise combination_error("top_logprobs needs logprobs: true")
+        if self.tool_choice not in (None, "none", "auto") and not self.tools:
+            raise combination_error("tool_choice needs tools")
         if isinstance(self.tool_choice, NamedToolChoice):
             names = {t.function.name for t in self.tools or []}
             if self.tool_choice.function.name not in names:
-                raise ValueError(
+                raise combination_error(
                     f"tool_choice names {self.tool_choice.function.name!r}, which is not in tools"
                 )
         if (
@@ -255,5 +283,7 @@ class ChatCompletionRequest(_Sampling):
             and self.tool_choice not in (None, "none")
             and self.tool_choice != "auto"
         ):
-            raise ValueError("response_format and a forced tool_choice cannot both constrain the output")
+            raise combination_error(
+                "response_format and a forced tool_choice cannot both constrain the output"
+            )
         return self

@@ -175,20 +175,28 @@ def decode_json(raw: bytes) -> dict[str, Any]:
 
 
 # 3-4. fields ----------------------------------------------------------------------------------------
+_TAGS = {"str", "int", "float", "bool", "dict", "list", "system", "developer", "user", "assistant", "tool"}
+
+
 def _loc(err: dict[str, Any]) -> str:
-    # pydantic names union members and validators in the location ("str", "list[...]",
-    # "function-after[...]"); the client only needs the path through its own JSON
-    return ".".join(
+    """The path through the client's JSON: pydantic also names union members, validators and the
+    message kind chosen by ``role`` in a location ("str", "list[...]", "user")."""
+    loc = err.get("loc", ())
+    path = [
         str(x)
-        for x in err.get("loc", ())
+        for i, x in enumerate(loc)
         if isinstance(x, int)
-        or ("[" not in str(x) and str(x) not in ("str", "int", "float", "bool", "dict", "list"))
-    )
+        or not ("[" in str(x) or (x in _TAGS and (x not in ("tool",) or isinstance(loc[i - 1], int))))
+    ]
+    return ".".join(path)
 
 
 def _drop(data: Any, loc: tuple[Any, ...]) -> None:
-    for key in loc[:-1]:
-        data = data[key]
+    for key in loc[:-1]:  # a key that is not in the data is a union tag pydantic put in the location
+        if isinstance(data, dict) and key in data:
+            data = data[key]
+        elif isinstance(data, list) and isinstance(key, int) and key < len(data):
+            data = data[key]
     if isinstance(data, dict):
         data.pop(loc[-1], None)
 
@@ -216,7 +224,8 @@ def validate(model: type[BaseModel], data: dict[str, Any], allow_unknown: bool) 
                 ) from None
             first = errors[0]
             message = "; ".join(f"{_loc(err) or 'body'}: {err['msg']}" for err in errors[:3])
-            raise bad_request(message.replace("Value error, ", ""), _loc(first) or None) from None
+            code = first["type"] if first["type"] == "invalid_combination" else None
+            raise bad_request(message.replace("Value error, ", ""), _loc(first) or None, code) from None
     raise bad_request("the request has too many unknown fields")
 
 
@@ -275,7 +284,6 @@ def _structured(body: Any) -> StructuredOutput | None:
         return None
     if fmt.type == "json_object":
         return StructuredOutput(json_object=True)
-    assert fmt.json_schema is not None
     return StructuredOutput(
         json_schema=fmt.json_schema.schema_ or {}, field="response_format.json_schema.schema"
     )
@@ -372,6 +380,15 @@ def _context(
     if max_tokens is None:
         max_tokens = (limit - max(len(p) for p in prompts)) if limit is not None else 16
     params = body.sampling_params(max_tokens, want_logprobs, top_logprobs)
+    vocab = getattr(engine, "vocab_size", None) or len(engine.tokenizer)
+    for name, ids in (("prompt", [t for p in prompts for t in p]), ("logit_bias", list(params.logit_bias))):
+        bad = sorted({t for t in ids if t >= vocab})
+        if bad:
+            raise bad_request(
+                f"{name}: token ids {bad[:5]} are outside this model's vocabulary (ids 0..{vocab - 1})",
+                name,
+                "token_out_of_vocabulary",
+            )
     params.structured = _structured(body)
     chat_tools = isinstance(body, ChatCompletionRequest) and bool(body.tools) and body.tool_choice != "none"
     return RequestContext(

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from toolbox.serving.engine import StructuredOutput
+from toolbox.serving.engine import GrammarError, StructuredOutput
 
 _JSON_OPTIONS = {"whitespace_flexible": False}
 
@@ -36,14 +36,14 @@ def grammar_of(spec: StructuredOutput) -> str:
     field = spec.field
     chosen = [spec.json_object, spec.json_schema is not None, spec.lark is not None]
     if sum(chosen) != 1:
-        raise ValueError(f"{field}: give exactly one of json_object, json_schema and lark")
+        raise GrammarError(f"{field}: give exactly one of json_object, json_schema and lark")
     if spec.lark is not None:
         return llguidance.LLMatcher.grammar_from_lark(spec.lark)
     schema = {"type": "object"} if spec.json_object else spec.json_schema
     try:
         return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=_JSON_OPTIONS)
     except ValueError as e:
-        raise ValueError(f"{field}: the JSON schema cannot be compiled: {e}") from e
+        raise GrammarError(f"{field}: the JSON schema cannot be compiled: {e}") from e
 
 
 class _CharTable:
@@ -102,7 +102,7 @@ class Grammars:
 
         matcher = llguidance.LLMatcher(self.table(), grammar_of(spec), log_level=0)
         if matcher.is_error():
-            raise ValueError(f"{spec.field}: the grammar cannot be used: {matcher.get_error()}")
+            raise GrammarError(f"{spec.field}: the schema or grammar cannot be used: {matcher.get_error()}")
         return matcher
 
 
