@@ -23,6 +23,10 @@ to them when it is not among the k, and vLLM lists the chosen token first. (vLLM
 holds the chosen token and only k - 1 others, so where sampling chose a token outside the k most
 likely, the k-th is missing there and the chosen one takes its place: with ``extensions`` on, chat
 asks for k + 1, up to 20, and keeps the best k.)
+
+Why this file is longer than ~400 lines: the OpenAI wire format in both directions (request bodies,
+log-prob objects of two APIs, SSE streams, retries) is one adapter; its halves only make sense
+together.
 """
 
 from __future__ import annotations
