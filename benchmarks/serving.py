@@ -12,7 +12,8 @@ The machine is shared and stalls now and then, so per load: one unmeasured run o
 ``--rounds`` rounds of one run of each, back to back in alternating order. A number in the table is
 the median over the rounds; a ratio is the median over the rounds of the ratio within a round (both
 servers saw the same machine state). Ratios are oriented so that > 1 is better for us: throughput
-ours/vLLM, latencies vLLM/ours.
+ours/vLLM, latencies vLLM/ours. Our server starts as the README starts it (``engine.num_threads=1
+engine.prefill_threads=2``, every other setting its default: the batch limit from the KV-cache budget).
 
     .venv/bin/python benchmarks/serving.py --out benchmarks/results/serving.json
 """
@@ -145,9 +146,8 @@ def main() -> int:
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=1, help="our engine's torch threads for decoding")
-    p.add_argument("--prefill-threads", type=int, default=os.cpu_count(), help="... for prefilling")
+    p.add_argument("--prefill-threads", type=int, default=2, help="... for prefilling (the README's 2)")
     args = p.parse_args()
 
     from conftest import VLLM_PYTHON, free_port, vllm_env
@@ -168,8 +168,7 @@ def main() -> int:
         env = dict(os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(args.threads))
         procs.append(start(
             [sys.executable, "-m", "toolbox.cli", "serve", f"model={model_dir}", f"engine.num_threads={args.threads}",
-             f"engine.prefill_threads={args.prefill_threads}",
-             f"engine.max_batch_size={args.max_batch_size}", "--served-model-name", "tiny", "--port", str(port)],
+             f"engine.prefill_threads={args.prefill_threads}", "--served-model-name", "tiny", "--port", str(port)],
             env, f"http://127.0.0.1:{port}/v1", tmp / "ours.log", 120,
         ))  # fmt: skip
         urls["toolbox"] = f"http://127.0.0.1:{port}/v1"

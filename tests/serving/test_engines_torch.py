@@ -417,3 +417,21 @@ def test_greedy_equals_hf_for_each_llama_family_with_grouped_query_attention(fam
     eng = engine_for(model, tokenizer)
     for prompt, out in zip(PROMPTS, eng.generate(PROMPTS, greedy(16)), strict=True):
         assert out.completions[0].token_ids == hf_greedy(model, tokenizer, prompt, 16), prompt
+
+
+def test_batch_limit_follows_the_kv_cache_budget(model, tokenizer):
+    from toolbox.core.registries import ENGINES
+    from toolbox.serving.engines.torch_engine import MAX_AUTO_BATCH, kv_bytes_per_slot
+
+    per_slot = kv_bytes_per_slot(model, 256)
+    assert per_slot == 2 * 2 * 2 * 32 * 256 * 4  # k and v, 2 layers, 2 heads of 32, 256 positions, fp32
+    small = ENGINES.build(
+        {"name": "torch", "kv_cache_gib": 8 * per_slot / 2**30}, model=model, tokenizer=tokenizer
+    )
+    default = ENGINES.build({"name": "torch"}, model=model, tokenizer=tokenizer)
+    try:
+        assert small.stats()["max_batch_size"] == 8
+        assert default.stats()["max_batch_size"] == MAX_AUTO_BATCH  # 1 GiB holds 8192 such slots
+    finally:
+        small.shutdown()
+        default.shutdown()

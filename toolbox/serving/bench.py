@@ -24,25 +24,26 @@ Mean, median, std and the ``--percentiles`` (99 always) of TTFT, TPOT, ITL and E
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
 import os
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolbox.serving.bench_data import BenchRequest, jsonl_requests, load_tokenizer, random_requests
+
 METRICS = ("ttft", "tpot", "itl", "e2el")
-
-
-@dataclass
-class BenchRequest:
-    prompt: str | list[int]
-    prompt_len: int
-    output_len: int
+__all__ = [
+    "BenchConfig",
+    "BenchRequest",
+    "RequestResult",
+    "jsonl_requests",
+    "random_requests",
+    "run_benchmark",
+]
 
 
 @dataclass
@@ -56,89 +57,6 @@ class RequestResult:
     start_time: float = 0.0
     generated_text: str = ""
     error: str = ""
-
-
-# data sets ----------------------------------------------------------------------------------------
-def load_tokenizer(path: str | None) -> Any:
-    if not path:
-        return None
-    try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(path)
-    except Exception:
-        return None
-
-
-def random_requests(
-    n: int, input_len: int, output_len: int, tokenizer: Any, seed: int = 0, range_ratio: float = 0.0
-) -> list[BenchRequest]:
-    """``n`` prompts of random tokens asking for ``output_len`` tokens, with the lengths of vLLM's
-    random data set: ``input_len`` counts the tokenizer's special tokens (a BOS), so the server sees
-    ``input_len`` prompt tokens; with ``range_ratio`` r the lengths are uniform integers in
-    ``[floor(L (1 - r)), ceil(L (1 + r))]`` (output at least 1). The text is decoded from random
-    non-special ids (random lowercase words without a tokenizer)."""
-    if not 0.0 <= range_ratio < 1.0:
-        raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio}")
-    rng = random.Random(seed)
-    num_special = int(tokenizer.num_special_tokens_to_add()) if tokenizer is not None else 0
-    real_in = max(0, input_len - num_special)
-    lo_in, hi_in = math.floor(real_in * (1 - range_ratio)), math.ceil(real_in * (1 + range_ratio))
-    lo_out = max(1, math.floor(output_len * (1 - range_ratio)))
-    hi_out = max(1, math.ceil(output_len * (1 + range_ratio)))
-    if hi_in < 1:
-        raise ValueError(f"--random-input-len {input_len} leaves no room beside {num_special} special tokens")
-    vocab: list[int] = []
-    if tokenizer is not None:
-        special = set(getattr(tokenizer, "all_special_ids", []) or [])
-        special |= set(
-            (tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}).values()
-        )
-        vocab = [i for i in range(len(tokenizer)) if i not in special]
-    out = []
-    for _ in range(n):
-        n_in, n_out = max(1, rng.randint(lo_in, hi_in)), rng.randint(lo_out, hi_out)
-        if tokenizer is not None:
-            text = tokenizer.decode([rng.choice(vocab) for _ in range(n_in)])
-            prompt_len = len(tokenizer(text)["input_ids"])  # what the server sees, specials included
-        else:
-            text = " ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=4)) for _ in range(n_in))
-            prompt_len = n_in
-        out.append(BenchRequest(text, prompt_len, n_out))
-    return out
-
-
-def jsonl_requests(
-    path: str, n: int, output_len: int, tokenizer: Any, seed: int = 0, shuffle: bool = True
-) -> list[BenchRequest]:
-    """Prompts from a JSONL file: one object per line with ``prompt`` (or ``text``), optional
-    ``output_tokens`` (vLLM's ``custom`` data set), ``output_len`` or ``max_tokens``; sampled (with
-    replacement if there are fewer than ``n``), or with ``shuffle=False`` the first ``n`` in file
-    order (repeated from the top if there are fewer), as ``vllm bench serve --dataset-name custom
-    --disable-shuffle`` takes them."""
-    rows = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-    if not rows:
-        raise ValueError(f"{path} holds no prompts")
-    rng = random.Random(seed)
-    if not shuffle:
-        picked = [rows[i % len(rows)] for i in range(n)]
-    elif len(rows) >= n:
-        picked = rng.sample(rows, n)
-    else:
-        picked = [rng.choice(rows) for _ in range(n)]
-    out = []
-    for row in picked:
-        prompt = row.get("prompt", row.get("text"))
-        if prompt is None:
-            raise ValueError(f"{path}: every line needs a 'prompt' field")
-        plen = len(tokenizer(prompt)["input_ids"]) if tokenizer is not None else len(str(prompt).split())
-        n_out = row.get("output_tokens", row.get("output_len", row.get("max_tokens", output_len)))
-        out.append(BenchRequest(prompt, plen, int(n_out)))
-    return out
 
 
 # load ----------------------------------------------------------------------------------------------
@@ -304,30 +222,40 @@ def calculate_metrics(
 
 
 # running -------------------------------------------------------------------------------------------
+def _opt(default: Any, help: str, **kw: Any) -> Any:
+    """A ``BenchConfig`` field: its default and its ``--flag`` help, in one place (``bench_cli``)."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
 @dataclass
 class BenchConfig:
-    base_url: str = "http://127.0.0.1:8000/v1"
-    model: str | None = None
-    endpoint: str = "completions"
-    num_prompts: int = 200
-    max_concurrency: int | None = None
-    request_rate: float = float("inf")
-    burstiness: float = 1.0
-    num_warmups: int = 0
-    dataset: str = "random"
-    dataset_path: str | None = None
-    shuffle: bool = True  # jsonl: sample the prompts; False: the first num_prompts in file order
-    random_input_len: int = 32
-    random_output_len: int = 32
-    random_range_ratio: float = 0.0
-    tokenizer: str | None = None
-    percentiles: list[float] = field(default_factory=lambda: [99.0])
-    goodput: dict[str, float] = field(default_factory=dict)
-    ignore_eos: bool = False
-    temperature: float | None = None
-    api_key: str | None = None
-    seed: int = 0
-    timeout: float = 600.0
+    """The benchmark's settings; ``toolbox bench serve`` has one ``--flag`` per field, with these
+    defaults (``bench_cli.py`` builds the parser from this class)."""
+
+    base_url: str = _opt("http://127.0.0.1:8000/v1", "the server's /v1 URL")
+    model: str | None = _opt(None, "model name (default: the first of /v1/models)")
+    endpoint: str = _opt("completions", "the route to load", choices=["completions", "chat"])
+    num_prompts: int = _opt(200, "requests measured")
+    max_concurrency: int | None = _opt(None, "most requests in flight (default: no limit)")
+    request_rate: float = _opt(float("inf"), "requests/s (inf: all at once)")
+    burstiness: float = _opt(1.0, "gamma shape of the arrivals; 1.0 = Poisson")
+    num_warmups: int = _opt(0, "warm-up requests before the measured ones")
+    dataset: str = _opt("random", "random, or jsonl (with --dataset-path)", choices=["random", "jsonl"])
+    dataset_path: str | None = _opt(None, "the jsonl file of --dataset jsonl")
+    shuffle: bool = _opt(True, "jsonl: sample the prompts (--disable-shuffle: the first ones in file order)")
+    random_input_len: int = _opt(32, "random: prompt tokens")
+    random_output_len: int = _opt(32, "random: tokens asked for")
+    random_range_ratio: float = _opt(0.0, "random: lengths vary by this fraction either side")
+    tokenizer: str | None = _opt(None, "tokenizer folder (default: the model, if a folder)")
+    percentiles: list[float] = _opt([50.0, 90.0, 99.0], "latency percentiles reported (99 always)")
+    goodput: dict[str, float] = _opt({}, "SLOs in ms: ttft:MS tpot:MS e2el:MS")
+    ignore_eos: bool = _opt(False, "generate every token asked for")
+    temperature: float | None = _opt(None, "sampling temperature sent (default: the server's)")
+    api_key: str | None = _opt(None, "bearer key (default: $OPENAI_API_KEY)")
+    seed: int = _opt(0, "seeds the prompts and the arrivals")
+    timeout: float = _opt(600.0, "seconds the whole benchmark may take")
 
 
 async def _discover_model(session: Any, base_url: str, headers: dict[str, str]) -> str:
@@ -426,83 +354,7 @@ async def run_benchmark(cfg: BenchConfig, requests: list[BenchRequest] | None = 
     }
 
 
-# reporting -----------------------------------------------------------------------------------------
-def summary_table(result: dict[str, Any]) -> Any:
-    from rich.table import Table
-
-    cfg = result["config"]
-    t = Table(title=f"Serving benchmark: {cfg['base_url']} ({cfg['model']})")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    for key, label in (
-        ("completed", "Successful requests"),
-        ("failed", "Failed requests"),
-        ("duration", "Benchmark duration (s)"),
-        ("total_input_tokens", "Total input tokens"),
-        ("total_output_tokens", "Total generated tokens"),
-        ("request_throughput", "Request throughput (req/s)"),
-        ("request_goodput", "Request goodput (req/s)"),
-        ("output_throughput", "Output token throughput (tok/s)"),
-        ("total_token_throughput", "Total token throughput (tok/s)"),
-    ):
-        v = result.get(key)
-        if v is not None:
-            t.add_row(label, f"{v:.2f}" if isinstance(v, float) else str(v))
-    stats = ["mean", "median", "std"] + [
-        k.split("_")[0] for k in result if k.startswith("p") and k.endswith("_ttft_ms")
-    ]
-    for name in METRICS:
-        t.add_section()
-        for s in stats:
-            key = f"{s}_{name}_ms"
-            if key in result:
-                t.add_row(
-                    f"{s.capitalize() if not s.startswith('p') else s.upper()} {name.upper()} (ms)",
-                    f"{result[key]:.2f}",
-                )
-    return t
-
-
-def plot_latency(result: dict[str, Any], path: str | Path) -> Path:
-    """Histograms of TTFT, TPOT, ITL and E2EL (ms) as one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    reqs = [r for r in result["requests"] if r["success"]]
-    data = {
-        "TTFT": [r["ttft"] * 1000 for r in reqs],
-        "TPOT": [
-            (r["latency"] - r["ttft"]) / (r["output_tokens"] - 1) * 1000
-            for r in reqs
-            if r["output_tokens"] > 1
-        ],
-        "ITL": [x * 1000 for r in reqs for x in r["itl"]],
-        "E2EL": [r["latency"] * 1000 for r in reqs],
-    }
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    for ax, (name, values) in zip(axes.flat, data.items(), strict=True):
-        if values:
-            ax.hist(values, bins=40)
-            ax.axvline(sum(values) / len(values), color="k", linestyle="--", label="mean")
-            ax.legend()
-        ax.set_title(f"{name} (ms)")
-        ax.set_ylabel("count")
-    cfg = result["config"]
-    fig.suptitle(
-        f"{cfg['model']}: {result['completed']} requests, rate {cfg['request_rate']}, "
-        f"concurrency {cfg['max_concurrency']}, {result['output_throughput']:.0f} output tok/s"
-    )
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-# CLI -----------------------------------------------------------------------------------------------
+# settings -----------------------------------------------------------------------------------------------
 def parse_goodput(items: list[str] | None) -> dict[str, float]:
     out = {}
     for item in items or []:
@@ -515,83 +367,8 @@ def parse_goodput(items: list[str] | None) -> dict[str, float]:
     return out
 
 
-def cmd_bench_serve(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from toolbox.core.errors import ConfigError
-
-    try:
-        goodput = parse_goodput(args.goodput)
-        percentiles = [float(p) for p in args.percentiles.split(",") if p.strip()]
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-    dataset, dataset_path = args.dataset[0], (args.dataset[1] if len(args.dataset) > 1 else None)
-    if dataset not in ("random", "jsonl"):
-        raise ConfigError(f"--dataset {dataset}: expected random or jsonl PATH")
-    cfg = BenchConfig(
-        base_url=args.base_url,
-        model=args.model,
-        endpoint=args.endpoint,
-        num_prompts=args.num_prompts,
-        max_concurrency=args.max_concurrency,
-        request_rate=args.request_rate,
-        burstiness=args.burstiness,
-        num_warmups=args.num_warmups,
-        dataset=dataset,
-        dataset_path=dataset_path,
-        shuffle=not args.disable_shuffle,
-        random_input_len=args.random_input_len,
-        random_output_len=args.random_output_len,
-        random_range_ratio=args.random_range_ratio,
-        tokenizer=args.tokenizer,
-        percentiles=percentiles,
-        goodput=goodput,
-        ignore_eos=args.ignore_eos,
-        temperature=args.temperature,
-        api_key=args.api_key,
-        seed=args.seed,
-    )
-    result = asyncio.run(run_benchmark(cfg))
-    Console().print(summary_table(result))
-    if args.out:
-        from toolbox.core.atomic import atomic_write_text
-
-        atomic_write_text(Path(args.out), json.dumps(result, indent=2) + "\n")
-    if args.plot:
-        plot_latency(result, args.plot)
-    return 0 if result["completed"] else 1
-
-
 def add_bench_parser(sub: Any) -> None:
-    bench = sub.add_parser(
-        "bench", help="benchmarks: `toolbox bench serve` measures an OpenAI-compatible server"
-    )
-    bsub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
-    p = bsub.add_parser("serve", help="vLLM-style serving benchmark of an OpenAI-compatible server")
-    p.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
-    p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
-    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    p.add_argument("--num-prompts", type=int, default=200)
-    p.add_argument("--max-concurrency", type=int, default=None)
-    p.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (inf: all at once)")
-    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1.0 = Poisson")
-    p.add_argument("--num-warmups", type=int, default=0)
-    p.add_argument("--dataset", nargs="+", default=["random"], metavar="random|jsonl PATH")
-    p.add_argument(
-        "--disable-shuffle", action="store_true", help="jsonl: the first prompts in file order, unsampled"
-    )
-    p.add_argument("--random-input-len", type=int, default=32)
-    p.add_argument("--random-output-len", type=int, default=32)
-    p.add_argument("--random-range-ratio", type=float, default=0.0)
-    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model, if a folder)")
-    p.add_argument(
-        "--goodput", nargs="+", default=None, metavar="KEY:MS", help="SLOs: ttft:MS tpot:MS e2el:MS"
-    )
-    p.add_argument("--percentiles", default="50,90,99")
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--api-key", default=None, help="default: $OPENAI_API_KEY")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write the result JSON here")
-    p.add_argument("--plot", default=None, help="write a latency histogram PNG here")
-    p.set_defaults(fn=cmd_bench_serve)
+    """``toolbox bench serve`` (the parser and command live in ``bench_cli.py``)."""
+    from toolbox.serving.bench_cli import add_bench_parser as add
+
+    add(sub)

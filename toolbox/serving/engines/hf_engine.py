@@ -3,6 +3,8 @@
 Prompts are generated in left-padded batches of ``batch_size``. Sampling parameters map onto a
 ``GenerationConfig``: ``n`` onto ``num_return_sequences``, stop ids onto ``eos_token_id``, stop
 strings onto ``stop_strings`` (the text is then cut before the stop string, as the other engines do),
+``logit_bias``, presence/frequency penalties and constrained decoding (``structured``) onto a logits
+processor that runs the shared sampler's code (``sampling.py``, ``structured.py``),
 logprobs onto ``output_logits`` (raw logits, as the torch and vLLM engines report them), a seed onto
 a forked torch RNG. A ``seed`` makes the batch reproducible, not each prompt independent of the
 others in its batch.
@@ -25,7 +27,8 @@ from toolbox.serving.engine import (
 )
 from toolbox.serving.engines.detokenize import cut_at_stop
 from toolbox.serving.engines.loading import context_length, copy_weights_, eos_token_ids, resolve
-from toolbox.serving.sampling import check_params
+from toolbox.serving.sampling import SamplingTensors, apply_logit_bias, apply_output_penalties, check_params
+from toolbox.serving.structured import Grammars, allowed_tokens
 
 
 @ENGINES.register("hf")
@@ -65,6 +68,8 @@ class HFEngine(InferenceEngine):
         self.eos_ids = eos_token_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.grammars = Grammars(tokenizer, self.vocab_size, self.eos_ids)
 
     def _config(self, params: SamplingParams, prompt_len: int) -> Any:
         from transformers import GenerationConfig
@@ -80,7 +85,7 @@ class HFEngine(InferenceEngine):
             min_p=params.min_p if sample and params.min_p > 0 else None,
             repetition_penalty=params.repetition_penalty if params.repetition_penalty != 1.0 else None,
             num_return_sequences=params.n,
-            eos_token_id=stop_ids or None,
+            eos_token_id=stop_ids or [],  # [] (ignore_eos): not the model's own default
             pad_token_id=self.pad_id,
             stop_strings=list(params.stop) or None,
             output_logits=params.logprobs,
@@ -90,7 +95,9 @@ class HFEngine(InferenceEngine):
     def generate(
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> list[RequestOutput]:
-        check_params([params])
+        check_params([params], self.vocab_size)
+        if params.structured is not None:
+            self.grammars.matcher(params.structured)  # a bad schema fails before any work
         ids = [self.encode_prompt(p) for p in prompts]
         for p in ids:
             if not p:
@@ -121,11 +128,17 @@ class HFEngine(InferenceEngine):
             input_ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
         config = self._config(params, width)
+        processors = None
+        if params.logit_bias or params.presence_penalty or params.frequency_penalty or params.structured:
+            from transformers import LogitsProcessorList
+
+            processors = LogitsProcessorList([_SharedProcessor(self, params, width)])
         out = self.model.generate(
             input_ids=input_ids.to(device),
             attention_mask=mask.to(device),
             generation_config=config,
             tokenizer=self.tokenizer if params.stop else None,
+            logits_processor=processors,
         )
         new = out.sequences[:, width:].tolist()
         logprobs = tops = None
@@ -186,3 +199,40 @@ class HFEngine(InferenceEngine):
             if cut_at_stop(self.tokenizer.decode(tokens[:k], skip_special_tokens=True), stop)[1]:
                 return tokens[:k]
         return tokens
+
+
+class _SharedProcessor:
+    """A transformers logits processor running the shared sampler's logit bias, presence/frequency
+    penalties and grammar masks, so the hf engine honours them as the torch engine does. Each row
+    walks its own matcher; a row whose grammar is complete may only end (eos)."""
+
+    def __init__(self, engine: HFEngine, params: SamplingParams, width: int) -> None:
+        self.engine, self.params, self.width = engine, params, width
+        self.tensors: SamplingTensors | None = None
+        self.matchers: list[Any] | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows = scores.shape[0]
+        if self.tensors is None:
+            self.tensors = SamplingTensors.from_params([self.params] * rows, device=scores.device)
+            if self.params.structured is not None:
+                self.matchers = [self.engine.grammars.matcher(self.params.structured) for _ in range(rows)]
+        generated = input_ids[:, self.width :].tolist()
+        t = self.tensors
+        out = apply_logit_bias(scores.float(), t.logit_bias)
+        if t.any_output_penalty:
+            out = apply_output_penalties(out, generated, t.presence_penalty, t.frequency_penalty)
+        if self.matchers is not None:
+            eos = sorted(self.engine.eos_ids)
+            if generated and generated[0]:
+                for m, row in zip(self.matchers, generated, strict=True):
+                    if not (m.is_stopped() or m.is_error()):
+                        m.consume_token(row[-1])
+            allowed = allowed_tokens(self.matchers, out.shape[-1], out.device)
+            assert allowed is not None
+            for r, m in enumerate(self.matchers):
+                if m.is_stopped() or m.is_error():
+                    allowed[r] = False
+                    allowed[r, eos] = True
+            out = out.masked_fill(~allowed, float("-inf"))
+        return out.to(scores.dtype)

@@ -23,6 +23,10 @@ to them when it is not among the k, and vLLM lists the chosen token first. (vLLM
 holds the chosen token and only k - 1 others, so where sampling chose a token outside the k most
 likely, the k-th is missing there and the chosen one takes its place: with ``extensions`` on, chat
 asks for k + 1, up to 20, and keeps the best k.)
+
+Why this file is longer than ~400 lines: the OpenAI wire format in both directions (request bodies,
+log-prob objects of two APIs, SSE streams, retries) is one adapter; its halves only make sense
+together.
 """
 
 from __future__ import annotations
@@ -182,6 +186,14 @@ class HTTPEngine(InferenceEngine):
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.presence_penalty:
+            body["presence_penalty"] = params.presence_penalty
+        if params.frequency_penalty:
+            body["frequency_penalty"] = params.frequency_penalty
+        if params.logit_bias:
+            body["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}
+        if params.structured is not None:
+            body["response_format"] = _response_format(params.structured)
         extra = {
             "top_k": (params.top_k, 0),
             "min_p": (params.min_p, 0.0),
@@ -420,3 +432,14 @@ class HTTPEngine(InferenceEngine):
 
     def shutdown(self) -> None:
         self._client.close()
+
+
+def _response_format(spec: Any) -> dict[str, Any]:
+    """The OpenAI ``response_format`` of a ``StructuredOutput`` (a grammar has none: a 400)."""
+    if spec.json_object:
+        return {"type": "json_object"}
+    if spec.json_schema is not None:
+        return {"type": "json_schema", "json_schema": {"name": "output", "schema": spec.json_schema}}
+    raise ValueError(
+        f"{spec.field}: the http engine can send a JSON schema, not a grammar; use engine=torch for it"
+    )

@@ -8,22 +8,27 @@ One background thread owns the model. Each iteration it
    together (one forward) and each completion samples its first token;
 3. runs one decode step for every running completion and samples the next tokens;
 4. hands each token to its request (streamed requests get a ``StreamDelta`` at once), finishes
-   completions that hit a stop id, a stop string, ``max_tokens`` or the context, and frees their
-   slots (the last running completion moves into the hole, so the batch stays packed).
+   completions that hit a stop id, a stop string, the end of their grammar (constrained
+   decoding, ``structured.py``: each completion walks its own matcher), ``max_tokens`` or the
+   context, and frees their slots (the last running completion moves into the hole, so the batch stays packed).
 
 Callers talk to it through ``submit`` (thread-safe; raises ``QueueFullError`` when ``max_queue_size``
 requests are already waiting) and the returned ``RequestHandle``: ``result()`` blocks,
-``await wait()`` and ``async for delta in handle`` serve asyncio code, ``cancel()`` aborts.
+``await wait()`` and ``async for delta in handle`` serve asyncio code, ``cancel()`` aborts
+(``handle.py``).
+
+Why this file is longer than ~400 lines: it is one class, the scheduler loop, whose steps (admit,
+prefill, decode, sample, append, retire) share the running batch's state and its invariants (packed
+slots, one matcher and generator per completion); split across files they would have to reach into
+each other's private state.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +44,7 @@ from toolbox.serving.engine import (
     StreamDelta,
 )
 from toolbox.serving.engines.detokenize import IncrementalText
+from toolbox.serving.engines.handle import RequestHandle  # noqa: F401 - re-exported
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.sampling import (
     SamplingTensors,
@@ -47,9 +53,9 @@ from toolbox.serving.sampling import (
     process_logits,
     sample,
 )
+from toolbox.serving.structured import allowed_tokens
 
 log = logging.getLogger(__name__)
-_END = object()
 
 
 def completion_seed(seed: int | None, index: int) -> int | None:
@@ -57,110 +63,6 @@ def completion_seed(seed: int | None, index: int) -> int | None:
     if seed is None or index == 0:
         return seed
     return (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9) % 2**63
-
-
-class RequestHandle:
-    """A submitted request: wait for its output, stream its deltas, or cancel it.
-
-    Created by ``submit``. When submitted from a running asyncio loop, ``wait()`` and ``async for``
-    are fed from the engine thread through that loop; ``result()`` works from any thread.
-    """
-
-    def __init__(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        cancel: Callable[[str], None],
-        stream: bool,
-    ) -> None:
-        self.request_id = request_id
-        self.prompt_token_ids = prompt_token_ids
-        self.stream = stream
-        self._cancel = cancel
-        self._event = threading.Event()
-        self._output: RequestOutput | None = None
-        self._error: BaseException | None = None
-        try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None
-        self._queue: asyncio.Queue | None = asyncio.Queue() if self._loop and stream else None
-        self._future: asyncio.Future | None = self._loop.create_future() if self._loop else None
-
-    # caller side -----------------------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def result(self, timeout: float | None = None) -> RequestOutput:
-        """Block until the request finishes; its output, or the error that ended it."""
-        if not self._event.wait(timeout):
-            raise TimeoutError(f"request {self.request_id} did not finish within {timeout} s")
-        if self._error is not None:
-            raise self._error
-        assert self._output is not None
-        return self._output
-
-    async def wait(self) -> RequestOutput:
-        """Await the output (cancelling the awaiting task cancels the request)."""
-        if self._future is None:
-            return await asyncio.to_thread(self.result)
-        try:
-            return await asyncio.shield(self._future)
-        except asyncio.CancelledError:
-            self.cancel()
-            raise
-
-    async def __aiter__(self) -> AsyncIterator[StreamDelta]:
-        """The deltas as they are generated (only for ``stream=True`` handles made inside a loop)."""
-        if self._queue is None:
-            raise RuntimeError("iterate a handle submitted with stream=True from inside an asyncio loop")
-        try:
-            while True:
-                item = await self._queue.get()
-                if item is _END:
-                    break
-                yield item
-            if self._error is not None:
-                raise self._error
-        finally:
-            if not self.done:
-                self.cancel()
-
-    def cancel(self) -> None:
-        """Abort the request (no-op once it finished); its output ends with finish_reason "abort"."""
-        if not self.done:
-            self._cancel(self.request_id)
-
-    # engine side -----------------------------------------------------------------------------------
-    def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
-        if self._loop is None:
-            return
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
-
-    def _emit(self, delta: StreamDelta) -> None:
-        if self._queue is not None:
-            self._call_in_loop(self._queue.put_nowait, delta)
-
-    def _resolve(self) -> None:  # runs in the caller's loop
-        if self._future is not None and not self._future.done():
-            if self._error is not None:
-                self._future.set_exception(self._error)
-                self._future.exception()  # mark retrieved: a stream consumer may never await it
-            else:
-                self._future.set_result(self._output)
-        if self._queue is not None:
-            self._queue.put_nowait(_END)
-
-    def _finish(self, output: RequestOutput | None, error: BaseException | None = None) -> None:
-        if self._event.is_set():
-            return
-        self._output, self._error = output, error
-        self._event.set()
-        self._call_in_loop(self._resolve)
 
 
 @dataclass(eq=False)
@@ -172,6 +74,7 @@ class _Request:
     stop_ids: frozenset[int]
     limit: int  # most tokens per completion: max_tokens, capped by the context
     needs_text: bool
+    matcher: Any = None  # constrained decoding: the grammar's matcher at its start (copied per completion)
     seqs: list[_Seq] = field(default_factory=list)
     unfinished: int = 0
 
@@ -187,6 +90,7 @@ class _Seq:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
+    matcher: Any = None
 
 
 class ContinuousBatcher:
@@ -249,7 +153,9 @@ class ContinuousBatcher:
         request_id: str | None,
         stream: bool,
         bypass_queue_limit: bool = False,
+        matcher: Any = None,
     ) -> RequestHandle:
+        """Queue a request; ``matcher``: an llguidance matcher its completions must follow."""
         request_id = request_id or f"req-{next(self._ids)}"
         handle = RequestHandle(request_id, prompt, self.abort, stream)
         stop_ids = set(params.stop_token_ids)
@@ -263,6 +169,7 @@ class ContinuousBatcher:
             stop_ids=frozenset(stop_ids),
             limit=min(params.max_tokens, self.runner.max_model_len - len(prompt)),
             needs_text=stream or bool(params.stop),
+            matcher=matcher,
         )
         if params.n > self.max_batch_size:
             raise ValueError(f"n={params.n} exceeds the engine's max_batch_size={self.max_batch_size}")
@@ -422,6 +329,7 @@ class ContinuousBatcher:
                     make_generator(completion_seed(request.params.seed, i), self.runner.device),
                     text,
                     len(request.prompt),
+                    matcher=request.matcher.deep_copy() if request.matcher is not None else None,
                 )
                 request.seqs.append(seq)
                 seqs.append(seq)
@@ -470,7 +378,9 @@ class ContinuousBatcher:
                 s.request.prompt + s.tokens if s.request.params.repetition_penalty != 1.0 else None
                 for s in seqs
             ]
-        processed = process_logits(logits, t, history)
+        outputs = [s.tokens for s in seqs] if t.any_output_penalty else None
+        allowed = allowed_tokens([s.matcher for s in seqs], logits.shape[-1], logits.device)
+        processed = process_logits(logits, t, history, outputs, allowed)
         generators = None if t.all_greedy else [s.generator for s in seqs]
         tokens = sample(processed, t, generators, self.generator)
         if decoded:
@@ -498,7 +408,13 @@ class ContinuousBatcher:
             if top is not None:
                 seq.top_logprobs.append(top)
         reason = None
-        if token in request.stop_ids:
+        grammar_done = False
+        if seq.matcher is not None:
+            seq.matcher.consume_token(token)
+            grammar_done = seq.matcher.is_stopped() or seq.matcher.is_error()
+            if grammar_done and token not in request.stop_ids and seq.text is not None:
+                seq.text.push(token)  # the grammar's last token is part of the text
+        if token in request.stop_ids or grammar_done:
             reason = "stop"
         elif seq.text is not None and seq.text.push(token):
             reason = "stop"

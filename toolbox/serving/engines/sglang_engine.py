@@ -7,6 +7,7 @@ server through the ``http`` engine. Prompts go in as token ids (our tokenizer), 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -99,7 +100,20 @@ class SGLangEngine(InferenceEngine):
             "stop": list(params.stop) or None,
             "stop_token_ids": list(params.stop_token_ids) or None,
             "ignore_eos": params.ignore_eos,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
         }
+        if params.logit_bias:
+            out["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}
+        spec = params.structured
+        if spec is not None:  # SGLang's own constrained decoding takes a JSON schema as text
+            if spec.lark is not None:
+                raise ValueError(
+                    f"{spec.field}: engine sglang takes JSON schemas, not grammars; use engine=torch"
+                )
+            out["json_schema"] = json.dumps(
+                spec.json_schema if spec.json_schema is not None else {"type": "object"}
+            )
         seed = completion_seed(params.seed, index)
         if seed is not None:
             out["sampling_seed"] = seed

@@ -30,6 +30,27 @@ from toolbox.serving.engines.loading import context_length, copy_weights_, eos_t
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.engines.scheduler import ContinuousBatcher, RequestHandle
 from toolbox.serving.sampling import check_params
+from toolbox.serving.structured import Grammars
+
+MAX_AUTO_BATCH = 256
+
+
+def kv_bytes_per_slot(model: Any, max_model_len: int) -> int:
+    """Bytes of keys and values one sequence of ``max_model_len`` tokens caches."""
+    config = model.config
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    itemsize = next(model.parameters()).element_size()
+    return 2 * int(config.num_hidden_layers) * kv_heads * head_dim * max_model_len * itemsize
+
+
+def batch_limit(model: Any, max_model_len: int, kv_cache_gib: float) -> int:
+    """The slots a KV-cache budget of ``kv_cache_gib`` holds (1 .. ``MAX_AUTO_BATCH``)."""
+    if kv_cache_gib <= 0:
+        raise ConfigError(f"engine.kv_cache_gib must be > 0, got {kv_cache_gib}")
+    slots = int(kv_cache_gib * 2**30) // kv_bytes_per_slot(model, max_model_len)
+    return max(1, min(MAX_AUTO_BATCH, slots))
 
 
 @ENGINES.register("torch")
@@ -47,7 +68,11 @@ class TorchEngine(InferenceEngine):
         dtype: dtype of a model loaded from ``path`` (a given model keeps its own).
         device: where a model loaded from ``path`` goes ("auto": a GPU if one is visible; injected by
             a run). A given model stays where it is.
-        max_batch_size: most completions decoded together (KV cache slots).
+        max_batch_size: most completions decoded together (KV cache slots); null: as many as
+            ``kv_cache_gib`` holds at ``max_model_len`` each, at most ``MAX_AUTO_BATCH`` (vLLM's
+            ``max_num_seqs`` default), so a burst joins one running batch instead of waiting.
+        kv_cache_gib: the KV cache's memory budget in GiB when ``max_batch_size`` is null (vLLM's
+            ``VLLM_CPU_KVCACHE_SPACE``; the cache grows on demand up to it).
         max_queue_size: most requests waiting for a slot; one more raises ``QueueFullError``.
         max_model_len: longest prompt + completion; null: the model's max_position_embeddings.
         max_prefill_tokens: padded prompt tokens prefilled per scheduler step.
@@ -73,7 +98,8 @@ class TorchEngine(InferenceEngine):
         path: str | None = None,
         dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         device: str = "auto",
-        max_batch_size: int = 32,
+        max_batch_size: int | None = None,
+        kv_cache_gib: float = 1.0,
         max_queue_size: int = 256,
         max_model_len: int | None = None,
         max_prefill_tokens: int = 4096,
@@ -83,7 +109,11 @@ class TorchEngine(InferenceEngine):
         prefill_threads: int | None = None,
         linear: Literal["auto", "onednn", "torch"] = "auto",
     ) -> None:
-        if max_batch_size < 1 or max_queue_size < 0 or max_prefill_tokens < 1:
+        if (
+            (max_batch_size is not None and max_batch_size < 1)
+            or max_queue_size < 0
+            or max_prefill_tokens < 1
+        ):
             raise ConfigError(
                 "engine.max_batch_size and engine.max_prefill_tokens must be >= 1, engine.max_queue_size >= 0."
             )
@@ -100,6 +130,9 @@ class TorchEngine(InferenceEngine):
         self.model = model
         self.tokenizer = tokenizer
         self.max_model_len = context_length(model, tokenizer, max_model_len)
+        if max_batch_size is None:
+            max_batch_size = batch_limit(model, self.max_model_len, kv_cache_gib)
+        self.max_batch_size = max_batch_size
         self.runner = SlotRunner(model, max_batch_size, self.max_model_len, linear=linear)
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.batcher = ContinuousBatcher(
@@ -114,6 +147,7 @@ class TorchEngine(InferenceEngine):
             prefill_threads=prefill_threads,
         )
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.grammars = Grammars(tokenizer, self.vocab_size, self.eos_ids)
 
     # requests ----------------------------------------------------------------------------------------
     def _check_prompt(self, ids: list[int]) -> list[int]:
@@ -145,9 +179,12 @@ class TorchEngine(InferenceEngine):
         ``ValueError`` for a prompt or parameters the engine cannot serve. With ``stream=True`` and
         a running event loop, ``async for delta in handle`` yields a ``StreamDelta`` per token.
         """
-        check_params([params])
+        check_params([params], self.vocab_size)
         ids = self._check_prompt(self.encode_prompt(prompt))
-        return self.batcher.submit(ids, params, request_id, stream, bypass_queue_limit=_bypass_queue_limit)
+        matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
+        return self.batcher.submit(
+            ids, params, request_id, stream, bypass_queue_limit=_bypass_queue_limit, matcher=matcher
+        )
 
     supports_submit = True
 
@@ -171,12 +208,17 @@ class TorchEngine(InferenceEngine):
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> list[RequestOutput]:
         """Generate for every prompt (all are queued at once; the queue limit does not apply)."""
-        check_params([params])
+        check_params([params], self.vocab_size)
         ids = [self._check_prompt(self.encode_prompt(p)) for p in prompts]
+        matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
         handles = []
         try:
             for p in ids:
-                handles.append(self.batcher.submit(p, params, None, stream=False, bypass_queue_limit=True))
+                handles.append(
+                    self.batcher.submit(
+                        p, params, None, stream=False, bypass_queue_limit=True, matcher=matcher
+                    )
+                )
             return [h.result() for h in handles]
         except BaseException:
             for h in handles:

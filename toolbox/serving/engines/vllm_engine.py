@@ -155,7 +155,25 @@ class VLLMEngine(InferenceEngine):
             ignore_eos=params.ignore_eos,
             max_tokens=params.max_tokens,
             logprobs=params.top_logprobs if params.logprobs else None,
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
+            logit_bias=dict(params.logit_bias) or None,
+            **self._structured(params),
         )
+
+    def _structured(self, params: SamplingParams) -> dict[str, Any]:
+        """vLLM's own constrained decoding (its ``structured_outputs``; llguidance is one backend)."""
+        spec = params.structured
+        if spec is None:
+            return {}
+        outputs = getattr(self._vllm.sampling_params, "StructuredOutputsParams", None)
+        if outputs is None:
+            raise ValueError(f"{spec.field}: this vLLM has no structured outputs; use engine=torch")
+        if spec.json_object:
+            return {"structured_outputs": outputs(json_object=True)}
+        if spec.json_schema is not None:
+            return {"structured_outputs": outputs(json=spec.json_schema)}
+        return {"structured_outputs": outputs(grammar=spec.lark)}
 
     def generate(
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams

@@ -1,0 +1,121 @@
+"""``RequestHandle``: a request submitted to the torch engine's scheduler, as its caller holds it.
+
+Wait for its output (``result()`` from any thread, ``await wait()`` in asyncio code), stream its
+deltas (``async for delta in handle``), or ``cancel()`` it. The scheduler thread feeds it through
+``_emit`` / ``_finish``, which hand everything to the caller's event loop thread-safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from toolbox.serving.engine import RequestOutput, StreamDelta
+
+_END = object()
+
+
+class RequestHandle:
+    """A submitted request: wait for its output, stream its deltas, or cancel it.
+
+    Created by ``submit``. When submitted from a running asyncio loop, ``wait()`` and ``async for``
+    are fed from the engine thread through that loop; ``result()`` works from any thread.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        cancel: Callable[[str], None],
+        stream: bool,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.stream = stream
+        self._cancel = cancel
+        self._event = threading.Event()
+        self._output: RequestOutput | None = None
+        self._error: BaseException | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._queue: asyncio.Queue | None = asyncio.Queue() if self._loop and stream else None
+        self._future: asyncio.Future | None = self._loop.create_future() if self._loop else None
+
+    # caller side -----------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def result(self, timeout: float | None = None) -> RequestOutput:
+        """Block until the request finishes; its output, or the error that ended it."""
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"request {self.request_id} did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._output is not None
+        return self._output
+
+    async def wait(self) -> RequestOutput:
+        """Await the output (cancelling the awaiting task cancels the request)."""
+        if self._future is None:
+            return await asyncio.to_thread(self.result)
+        try:
+            return await asyncio.shield(self._future)
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    async def __aiter__(self) -> AsyncIterator[StreamDelta]:
+        """The deltas as they are generated (only for ``stream=True`` handles made inside a loop)."""
+        if self._queue is None:
+            raise RuntimeError("iterate a handle submitted with stream=True from inside an asyncio loop")
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    break
+                yield item
+            if self._error is not None:
+                raise self._error
+        finally:
+            if not self.done:
+                self.cancel()
+
+    def cancel(self) -> None:
+        """Abort the request (no-op once it finished); its output ends with finish_reason "abort"."""
+        if not self.done:
+            self._cancel(self.request_id)
+
+    # engine side -----------------------------------------------------------------------------------
+    def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    def _emit(self, delta: StreamDelta) -> None:
+        if self._queue is not None:
+            self._call_in_loop(self._queue.put_nowait, delta)
+
+    def _resolve(self) -> None:  # runs in the caller's loop
+        if self._future is not None and not self._future.done():
+            if self._error is not None:
+                self._future.set_exception(self._error)
+                self._future.exception()  # mark retrieved: a stream consumer may never await it
+            else:
+                self._future.set_result(self._output)
+        if self._queue is not None:
+            self._queue.put_nowait(_END)
+
+    def _finish(self, output: RequestOutput | None, error: BaseException | None = None) -> None:
+        if self._event.is_set():
+            return
+        self._output, self._error = output, error
+        self._event.set()
+        self._call_in_loop(self._resolve)
