@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_parser(sub)
     add_bench_parser(sub)
+    from toolbox.tracing.cli import add_parser as add_traces_parser  # toolbox traces
+
+    add_traces_parser(sub)
 
     p = sub.add_parser("data", help="build the data set and tokenizer once; later stages read them")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)

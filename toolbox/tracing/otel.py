@@ -311,7 +311,10 @@ def _any_value(v: Any) -> Any:
 
 
 def from_otlp_json(text: str | dict[str, Any]) -> list[ActionRecord]:
-    """The records of an OTLP/JSON traces request (ours or any GenAI-instrumented exporter's)."""
+    """The records of an OTLP/JSON traces request (ours or any GenAI-instrumented exporter's); a
+    string of several lines is read as JSON lines, one request each (the otlpjsonfile layout)."""
+    if isinstance(text, str) and "\n" in text.strip():
+        return [r for line in text.splitlines() if line.strip() for r in from_otlp_json(line)]
     from google.protobuf.json_format import ParseDict
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 

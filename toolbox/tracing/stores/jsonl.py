@@ -82,8 +82,7 @@ class JsonlStore(TraceStore):
         if not self.path.exists():
             return
         with open(self.path, "rb") as f:
-            for i, line in enumerate(f, 1):
-                yield i, line
+            yield from enumerate(f, 1)
 
     def _scores(self) -> dict[str, list[Score]]:
         scores: dict[str, list[Score]] = {}
