@@ -353,6 +353,7 @@ def to_dataset(
 ) -> dict[str, Any]:
     """Convert a store's traces into a ``datasets`` folder at ``out`` (see the module docstring);
     returns the card as a dict."""
+    import datasets
     from datasets import Dataset, DatasetDict
 
     start = time.perf_counter()
@@ -453,6 +454,8 @@ def to_dataset(
         if not counts["train"] and not counts["test"]:
             raise TraceError(_empty_message(card, filters))
         splits = {}
+        if not progress:
+            datasets.disable_progress_bars()
         for name, n in counts.items():
             if n:
                 path = str(tmp / f"{name}.jsonl")
@@ -461,6 +464,8 @@ def to_dataset(
                 )
         dd = DatasetDict(splits)
         dd.save_to_disk(str(tmp / "dataset"))
+        if not progress:
+            datasets.enable_progress_bars()
         card.splits = {k: len(v) for k, v in dd.items()}
         card.seconds = time.perf_counter() - start
         (tmp / "dataset" / "card.json").write_text(json.dumps(card.to_dict(), indent=2) + "\n")

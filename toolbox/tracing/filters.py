@@ -30,7 +30,7 @@ class ScoreRule:
         for op in (">=", "<=", "==", "!=", ">", "<"):
             if op in text:
                 name, raw = (s.strip() for s in text.split(op, 1))
-                if not name or not raw:
+                if not name or not raw or any(c in name + raw for c in "<>=!"):
                     break
                 low = raw.lower()
                 value: float | str | bool
