@@ -116,7 +116,12 @@ class ExactMatch:
             self.batch_size,
             parts.strategy.device,
         )
-        hits = sum(
+        correct = [
             o.strip() == str(r[self.reference_field]).strip() for o, r in zip(outputs, records, strict=True)
-        )
-        return {"eval/exact_match": hits / max(len(records), 1)}
+        ]
+        # what a tracing callback records of this evaluation (prompt, output, reference, correct)
+        self.last_generations = [
+            {"prompt": p, "output": o, "reference": str(r[self.reference_field]), "correct": c}
+            for p, o, r, c in zip(prompts, outputs, records, correct, strict=True)
+        ]
+        return {"eval/exact_match": sum(correct) / max(len(records), 1)}

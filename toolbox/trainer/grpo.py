@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from toolbox.core.errors import ConfigError
+from toolbox.core.events import Event
 from toolbox.core.registries import ADVANTAGES, ENGINES, TRAINERS
 from toolbox.data.loader import BatchLoader
 from toolbox.objectives.base import PolicyObjective
@@ -282,6 +283,7 @@ class GRPOTrainer(BaseTrainer):
         metrics: dict[str, float] = dict(self.score(rollout))
         metrics.update(rollout.metrics())
         reward_time = time.perf_counter() - t
+        self.bus.emit(Event.ROLLOUT_END, self, self.step + 1, rollout=rollout)
 
         t = time.perf_counter()
         self.model.train()
