@@ -197,16 +197,12 @@ class RowMaker:
                 yield r, {"prompt": self._prompt(messages_to_chat(_as_messages(r.inputs, "user")))}
 
     def _sft(self, calls: list[ActionRecord]) -> Iterator[tuple[ActionRecord, dict[str, Any]]]:
-        full = [_as_messages(r.inputs, "user") + _as_messages(r.outputs, "assistant") for r in calls]
-        keys = [_key(m) for m in full]
-        prefixes = set()
-        for r in calls:
-            k = _key(_as_messages(r.inputs, "user"))
-            for n in range(1, len(k) + 1):
-                prefixes.add(tuple(k[:n]))
-        for r, messages, key in zip(calls, full, keys, strict=True):
-            if tuple(key) in prefixes:  # continued by a later call of the trace
-                self.card.drop("continued_in_later_call")
+        inputs = [_as_messages(r.inputs, "user") for r in calls]
+        for i, r in enumerate(calls):
+            messages = inputs[i] + _as_messages(r.outputs, "assistant")
+            n = len(messages)
+            if any(j != i and len(other) >= n and other[:n] == messages for j, other in enumerate(inputs)):
+                self.card.drop("continued_in_later_call")  # part of a later call's conversation
                 continue
             chat = messages_to_chat(messages)
             if unmatched_tool_calls(chat):
@@ -426,11 +422,15 @@ def to_dataset(
                         card.drop(rule)
                 for r, row in maker.rows(calls, index):
                     card.candidates += 1
+                    line = json.dumps(row, ensure_ascii=False)
                     if redactor is not None:
-                        row = redactor.value(row)
+                        if redactor.needed(line):
+                            row = redactor.value(row)
+                            line = json.dumps(row, ensure_ascii=False)
                     elif redact is not None:
                         row = redact(row)
-                    rule = deduper.check(row)
+                        line = json.dumps(row, ensure_ascii=False)
+                    rule = deduper.check(row, line)
                     if rule is not None:
                         card.drop(rule)
                         continue
@@ -441,7 +441,7 @@ def to_dataset(
                         card.drop(f"mixed_{bad}_shape")
                         continue
                     split = "test" if _test_side(r.session_id or r.trace_id, test_fraction, seed) else "train"
-                    spills[split].write(json.dumps(row, ensure_ascii=False) + "\n")
+                    spills[split].write(line + "\n")
                     counts[split] += 1
         finally:
             for f in spills.values():
@@ -457,10 +457,9 @@ def to_dataset(
         if not progress:
             datasets.disable_progress_bars()
         for name, n in counts.items():
-            if n:
-                path = str(tmp / f"{name}.jsonl")
-                splits[name] = Dataset.from_generator(
-                    _read_jsonl, gen_kwargs={"path": path}, features=features, cache_dir=str(tmp / "cache")
+            if n:  # pyarrow's JSON reader, in blocks, into datasets' Arrow cache: bounded memory
+                splits[name] = Dataset.from_json(
+                    str(tmp / f"{name}.jsonl"), features=features, cache_dir=str(tmp / "cache")
                 )
         dd = DatasetDict(splits)
         dd.save_to_disk(str(tmp / "dataset"))
@@ -480,12 +479,6 @@ def to_dataset(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return card.to_dict()
-
-
-def _read_jsonl(path: str) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            yield json.loads(line)
 
 
 def _empty_message(card: Card, filters: RecordFilter) -> str:

@@ -1,6 +1,6 @@
 """Duplicate removal for rows made from traces: exact (a hash of the row) and near (MinHash LSH).
 
-Exact: a 16-byte BLAKE2 digest of the row's canonical JSON, kept in a set (16 bytes per row kept,
+Exact: a 16-byte BLAKE2 digest of the row's JSON, kept in a set (16 bytes per row kept,
 not the row). Near: ``datasketch``'s MinHash over word 3-grams of the row's text and its
 ``MinHashLSH`` index at a Jaccard threshold; a row whose estimated similarity to a kept row is at
 least the threshold is dropped (the first one seen is kept).
@@ -74,12 +74,12 @@ class Deduper:
         m.update_batch(list(shingles))
         return m
 
-    def check(self, row: Any) -> str | None:
-        """None to keep the row (and remember it), else the rule that drops it: exact_dup or near_dup."""
+    def check(self, row: Any, line: str | None = None) -> str | None:
+        """None to keep the row (and remember it), else the rule that drops it: exact_dup or near_dup.
+        ``line``: the row as JSON already (rows of one format have one key order)."""
         if self.exact:
-            key = hashlib.blake2b(
-                json.dumps(row, sort_keys=True, ensure_ascii=False).encode(), digest_size=16
-            ).digest()
+            text = line if line is not None else json.dumps(row, sort_keys=True, ensure_ascii=False)
+            key = hashlib.blake2b(text.encode(), digest_size=16).digest()
             if key in self._seen:
                 return "exact_dup"
         if self._lsh is not None:

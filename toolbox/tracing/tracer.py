@@ -32,8 +32,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ from toolbox.tracing.record import (
     new_span_id,
     new_trace_id,
 )
-from toolbox.tracing.redact import default_redactor
+from toolbox.tracing.redact import Redactor, default_redactor
 from toolbox.tracing.stores.base import TraceStore, open_store
 
 log = logging.getLogger(__name__)
@@ -146,19 +145,12 @@ class Tracer:
             record.error = f"{type(error).__name__}: {error}"
         self.emit(record)
 
-    @contextmanager
-    def span(self, kind: str, name: str, **fields: Any) -> Iterator[ActionRecord]:
+    def span(self, kind: str, name: str, **fields: Any) -> _Span:
         """A span as a context manager; yields the record (set outputs, tokens, scores on it).
 
         In a trace that sampling left out it yields a record that is never stored.
         """
-        record, token = self.start(kind, name, **fields)
-        try:
-            yield record if record is not None else ActionRecord(kind=kind, name=name)
-        except BaseException as e:
-            self.end(record, token, e)
-            raise
-        self.end(record, token)
+        return _Span(self, kind, name, fields)
 
     def trace(self, kind: str = "custom", name: str | None = None, capture: bool = True) -> Callable:
         """Decorator: each call of the function is a span; its arguments the inputs, its result
@@ -203,8 +195,12 @@ class Tracer:
 
     # records --------------------------------------------------------------------------------------
     def emit(self, record: ActionRecord) -> None:
-        """Redact and buffer a finished record (spans call this; so can code that builds records)."""
-        if self.redact is not None:
+        """Redact and buffer a finished record (spans call this; so can code that builds records).
+
+        The built-in ``Redactor`` runs at flush, on the records whose serialised line may hold a
+        secret (``Redactor.needed``: a few substring tests); any other hook runs here on each record.
+        """
+        if self.redact is not None and not isinstance(self.redact, Redactor):
             record = self.redact(record)
             if record is None:
                 self.dropped += 1
@@ -237,21 +233,23 @@ class Tracer:
             batch, self._buffer = self._buffer, []
         if not batch:
             return
-        try:
-            self.written += self.store.write(batch)
-            return
-        except SerializationError:
-            pass  # find the records at fault, report each, store them with repr() in place
+        redactor = self.redact if isinstance(self.redact, Redactor) else None
+        lines = []
         for r in batch:
             try:
-                dumps(r)
+                line = dumps(r)
             except SerializationError as e:
                 self.unserialisable += 1
                 log.warning("%s; stored with repr() in its place and the tag 'unserialisable'", e)
                 r.inputs, r.outputs = make_serialisable(r.inputs), make_serialisable(r.outputs)
                 r.metadata, r.tools = make_serialisable(r.metadata), make_serialisable(r.tools)
                 r.tags.append("unserialisable")
-        self.written += self.store.write(batch)
+                line = dumps(r)
+            if redactor is not None and redactor.needed(line):
+                redactor(r)
+                line = dumps(r)
+            lines.append(line)
+        self.written += self.store.write(batch, lines=lines)
 
     def close(self) -> None:
         self.flush()
@@ -263,6 +261,23 @@ class Tracer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Span:
+    """``with tracer.span(...) as record``: start on enter, end (with the exception, if any) on exit."""
+
+    __slots__ = ("tracer", "kind", "name", "fields", "record", "token")
+
+    def __init__(self, tracer: Tracer, kind: str, name: str, fields: dict[str, Any]) -> None:
+        self.tracer, self.kind, self.name, self.fields = tracer, kind, name, fields
+
+    def __enter__(self) -> ActionRecord:
+        self.record, self.token = self.tracer.start(self.kind, self.name, **self.fields)
+        return self.record if self.record is not None else ActionRecord(kind=self.kind, name=self.name)
+
+    def __exit__(self, tp: Any, error: BaseException | None, tb: Any) -> bool:
+        self.tracer.end(self.record, self.token, error)
+        return False
 
 
 @atexit.register

@@ -1,7 +1,7 @@
 """The trace store interface, the query every store answers, and ``open_store`` by file suffix.
 
-A store holds ActionRecords and their scores. ``write`` appends records (a record id is stored
-once: writing it again is a no-op); ``add_score`` attaches a score to a stored record after the
+A store holds ActionRecords and their scores. ``write`` appends records (the SQLite and memory
+stores keep a record id once: writing it again is a no-op; JSONL appends whatever it is given); ``add_score`` attaches a score to a stored record after the
 fact; ``query`` streams the records matching a ``Query`` (ordered by start time);
 ``traces`` streams them grouped by trace (every record of a trace together, a bounded amount in
 memory at a time), which is what trace → dataset conversion reads.
@@ -80,8 +80,9 @@ class TraceStore(ABC):
     path: Path
 
     @abstractmethod
-    def write(self, records: Iterable[ActionRecord]) -> int:
-        """Store the records; returns how many were new."""
+    def write(self, records: Iterable[ActionRecord], lines: list[str] | None = None) -> int:
+        """Store the records; returns how many were written. ``lines``: the records already
+        serialised (``record.dumps``), one per record, which a store that keeps JSON reuses."""
 
     @abstractmethod
     def add_score(self, record_id: str, score: Score) -> None:
@@ -122,7 +123,7 @@ class MemoryStore(TraceStore):
         self.records: list[ActionRecord] = []
         self._ids: set[str] = set()
 
-    def write(self, records: Iterable[ActionRecord]) -> int:
+    def write(self, records: Iterable[ActionRecord], lines: list[str] | None = None) -> int:
         n = 0
         for r in records:
             if r.id not in self._ids:

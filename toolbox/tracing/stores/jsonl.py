@@ -58,15 +58,12 @@ class JsonlStore(TraceStore):
                         self._file.write(b"\n")
         return self._file
 
-    def write(self, records: Iterable[ActionRecord]) -> int:
-        lines = [dumps(r).encode() + b"\n" for r in records]
+    def write(self, records: Iterable[ActionRecord], lines: list[str] | None = None) -> int:
+        if lines is None:
+            lines = [dumps(r) for r in records]
         if lines:
-            self._out().write(b"".join(lines))
+            self._out().write(("\n".join(lines) + "\n").encode())
         return len(lines)
-
-    def write_line(self, line: str) -> None:
-        """Append one already serialised record (the tracer's fast path)."""
-        self._out().write(line.encode() + b"\n")
 
     def add_score(self, record_id: str, score: Score) -> None:
         line = json.dumps({"_score": record_id, **score.to_dict()}, ensure_ascii=False, separators=(",", ":"))

@@ -7,7 +7,8 @@ file stays consistent (``PRAGMA integrity_check`` is ok). Tables::
 
     meta(key, value)                      schema_version
     records(id, parent_id, trace_id, session_id, kind, name, model, start_time, end_time,
-            error, data)                  data: the record as JSON (without its scores)
+            error, data)                  data: the record as JSON (its scores as written; the
+                                          scores table, which has later ones too, wins on read)
     tags(record_id, tag)
     scores(record_id, name, data_type, value_num, value_str, source, data)
 
@@ -135,15 +136,9 @@ class SqliteStore(TraceStore):
             )
 
     # writing --------------------------------------------------------------------------------------
-    def write(self, records: Iterable[ActionRecord]) -> int:
-        rows = []
-        for r in records:
-            scores, r.scores = r.scores, []
-            try:
-                data = dumps(r)
-            finally:
-                r.scores = scores
-            rows.append((r, data))
+    def write(self, records: Iterable[ActionRecord], lines: list[str] | None = None) -> int:
+        records = list(records)
+        rows = list(zip(records, lines if lines is not None else [dumps(r) for r in records], strict=True))
         if not rows:
             return 0
         new = 0
