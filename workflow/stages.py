@@ -197,11 +197,12 @@ STAGES: tuple[Stage, ...] = (
         doc="PNG curves of metrics.jsonl",
     ),
     # agent run -> traces -> dataset: runs with `agent:` (a script that runs the trained model as
-    # an agent, records every model and tool call, and scores it on held-out problems); a run with
-    # `data_from_traces: <run>` trains on the dataset made from that run's traces
+    # an agent, records every model and tool call, and scores it, and the model it started from, on
+    # held-out problems) and `to_dataset:` (the arguments of `toolbox traces to-dataset`); a run
+    # with `data_from_traces: <run>` trains on the dataset made from that run's traces
     Stage(
         "agent",
-        "python {agent_script} --model {model} --traces {traces} --eval {agent_eval} {agent_args}",
+        "python {agent_script} --model {model} --traces {traces} --eval {agent_eval}{agent_before} {agent_args}",
         deps={"model": PATHS["model"]},
         outs={"traces": Out(PATHS["traces"]), "eval": Out(PATHS["agent_eval"], metrics=True)},
         when="agent",
@@ -212,7 +213,7 @@ STAGES: tuple[Stage, ...] = (
         "toolbox traces to-dataset {traces} --out {traces_data} --no-progress {to_dataset_args}",
         deps={"traces": PATHS["traces"]},
         outs={"data": Out(PATHS["traces_data"], directory=True)},
-        when="agent",
+        when="to_dataset",
         doc="traces -> dataset: filtered, redacted, deduplicated, split by session (card.json)",
     ),
     Stage(
@@ -288,6 +289,8 @@ def extra_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> l
     if entry and entry.get("agent") and run is not None:
         if stage.name == "agent":
             deps.append(entry["agent"]["script"])
+            if start:
+                deps.append(start)  # evaluated too: the "before" of agent_eval.json
         if stage.name == "publish":
             deps.append(PATHS["agent_eval"].format(run=run))
     return deps
@@ -345,6 +348,8 @@ def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
         values["agent_args"] = " ".join(shlex.quote(str(a)) for a in agent.get("args") or [])
         values["to_dataset_args"] = " ".join(shlex.quote(str(a)) for a in entry.get("to_dataset") or [])
         values["publish_extra"] = f" --extra {PATHS['agent_eval'].format(run=run)}" if agent else ""
+        start = init_model(entry)
+        values["agent_before"] = f" --before-model {start}" if start else ""
     else:
         values["publish_extra"] = ""
     return values
@@ -391,17 +396,18 @@ def config_errors(cfg: Any) -> list[str]:
 
 
 def data_from_traces_errors(runs: dict[str, Any]) -> list[str]:
-    """``data_from_traces`` must name a run of the file that has an ``agent`` (whose traces it reads)."""
+    """``data_from_traces`` must name a run of the file with an ``agent`` and ``to_dataset`` (whose
+    traces' dataset it reads)."""
     lines = []
     for run, entry in runs.items():
         source = entry.get("data_from_traces")
         if source is None:
             continue
-        if source not in runs or not runs[source].get("agent"):
-            with_agent = sorted(r for r, e in runs.items() if e.get("agent"))
+        if source not in runs or not (runs[source].get("agent") and runs[source].get("to_dataset")):
+            with_agent = sorted(r for r, e in runs.items() if e.get("agent") and e.get("to_dataset"))
             lines.append(
-                f"runs.{run}.data_from_traces: '{source}' is not a run of this file with an agent "
-                f"(runs with one: {', '.join(with_agent) or 'none'})"
+                f"runs.{run}.data_from_traces: '{source}' is not a run of this file with an agent and "
+                f"to_dataset (runs with both: {', '.join(with_agent) or 'none'})"
             )
         elif source == run:
             lines.append(f"runs.{run}.data_from_traces: a run cannot train on its own traces")

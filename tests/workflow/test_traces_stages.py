@@ -20,7 +20,10 @@ def agent_config() -> dict:
         "agent": {"script": "agent.py", "args": ["--problems", 50]},
         "to_dataset": ["--format", "sft", "--where", "correct==true"],
     }
-    cfg["runs"]["learner"] = {"experiment": "agent_sft", "init_from": "actor", "data_from_traces": "actor"}
+    cfg["runs"]["learner"] = {
+        "experiment": "agent_sft", "init_from": "actor", "data_from_traces": "actor",
+        "agent": {"script": "agent.py", "args": ["--train-problems", 0]},
+    }  # fmt: skip
     return cfg
 
 
@@ -29,7 +32,10 @@ def test_agent_and_traces_stages_exist_only_for_runs_with_an_agent() -> None:
     assert stages.config_errors(cfg) == []
     dvc = stages.dvc_stages(cfg["runs"])["stages"]
     assert {"agent-actor", "traces-actor"} <= dvc.keys()
-    assert not {"agent-tiny", "agent-learner", "traces-learner"} & dvc.keys()
+    assert not {"agent-tiny", "traces-tiny", "traces-learner"} & dvc.keys()
+    # the learner's agent evaluates it and the model it started from (before / after)
+    assert "--before-model work/actor/train/model --train-problems 0" in dvc["agent-learner"]["cmd"]
+    assert "work/actor/train/model" in dvc["agent-learner"]["deps"]
     assert dvc["agent-actor"]["cmd"].endswith(
         "( python agent.py --model work/actor/train/model --traces work/actor/traces.sqlite "
         "--eval work/actor/agent_eval.json --problems 50 ) > work/actor/logs/agent.log 2>&1"
@@ -44,7 +50,7 @@ def test_agent_and_traces_stages_exist_only_for_runs_with_an_agent() -> None:
     assert "work/actor/traces_data" in dvc["data-learner"]["deps"]
     assert "work/actor/agent_eval.json" in dvc["publish-actor"]["deps"]
     assert "--extra work/actor/agent_eval.json" in dvc["publish-actor"]["cmd"]
-    assert "--extra" not in dvc["publish-learner"]["cmd"]
+    assert "--extra" not in dvc["publish-tiny"]["cmd"]
     over = stages.overrides("learner", cfg["runs"]["learner"])
     assert over[6:9] == ["data=local", "data.source.path=work/actor/traces_data", "data.dataset.name=chat"]
 
@@ -53,7 +59,8 @@ def test_data_from_traces_must_name_a_run_with_an_agent() -> None:
     cfg = agent_config()
     cfg["runs"]["learner"]["data_from_traces"] = "tiny"
     assert stages.config_errors(cfg) == [
-        "runs.learner.data_from_traces: 'tiny' is not a run of this file with an agent (runs with one: actor)"
+        "runs.learner.data_from_traces: 'tiny' is not a run of this file with an agent and to_dataset "
+        "(runs with both: actor)"
     ]
 
 
@@ -63,5 +70,5 @@ def test_dry_run_of_the_learner_runs_the_whole_loop(tmp_path: Path) -> None:
     # compose is a checkpoint: the jobs after it are known once it has run
     wf.snakemake("-c2", "work/actor/config/full.yaml", "work/learner/config/full.yaml")
     out = wf.snakemake("-n", "results/learner/").stdout
-    for rule, count in (("agent", 1), ("traces", 1), ("train", 2), ("data", 2), ("publish", 1)):
+    for rule, count in (("agent", 2), ("traces", 1), ("train", 2), ("data", 2), ("publish", 1)):
         assert re.search(rf"^{rule}\s+{count}$", out, flags=re.M), (rule, out)

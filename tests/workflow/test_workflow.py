@@ -61,10 +61,9 @@ def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None
     cfg = tiny_config()
     cfg["runs"]["other"] = {"experiment": "demo", "overrides": ["trainer.max_steps=5"]}
     cfg["runs"]["tuned"] = tuned_entry()  # starts from tiny's model
-    cfg["runs"]["actor"] = {
-        **tiny_config()["runs"][TINY_RUN],
-        "agent": {"script": "agent.py"},
-    }  # agent -> traces
+    cfg["runs"]["actor"] = {  # agent -> traces -> dataset
+        **tiny_config()["runs"][TINY_RUN], "agent": {"script": "agent.py"}, "to_dataset": ["--format", "sft"],
+    }  # fmt: skip
     cfg["runs"]["learner"] = {"experiment": "agent_sft", "init_from": "actor", "data_from_traces": "actor"}
     wf = copy_workflow(tmp_path / "repo", cfg)
     (wf.root / "agent.py").write_text("# the agent script of run 'actor'\n")
