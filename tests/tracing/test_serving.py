@@ -50,7 +50,7 @@ def test_requests_and_responses_are_recorded_without_the_api_key(app_and_store):
         client = openai.AsyncOpenAI(base_url="http://test/v1", api_key=KEY, http_client=http)
         messages = [{"role": "user", "content": "what is 2+3? write to bob@example.com"}]
         chat = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0,
-                                                    extra_headers={"X-Session-Id": "s-1"})  # fmt: skip
+                                                    extra_headers={"X-Session-Id": "s-1", "traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01"})  # fmt: skip
         stream = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0,
                                                       stream=True)  # fmt: skip
         streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
@@ -77,6 +77,7 @@ def test_requests_and_responses_are_recorded_without_the_api_key(app_and_store):
         chat.usage.completion_tokens,
     )
     assert plain.model == "tiny" and plain.finish_reason == chat.choices[0].finish_reason
+    assert (plain.trace_id, plain.parent_id) == ("ab" * 16, "cd" * 8)  # the caller's W3C trace context
     assert plain.metadata["temperature"] == 0 and plain.latency_s > 0
     stream_r = next(r for r in ok if r is not plain)
     assert _text(stream_r.outputs) == streamed and stream_r.metadata["stream"] is True

@@ -7,8 +7,10 @@ records one ``llm_call`` per returned choice: the request's messages (or prompt)
 inputs, the choice's message (content, ``tool_calls``) as output, the model, the usage, the finish
 reason, the latency, the sampling settings in ``metadata``. Choices of one request are siblings
 (one trace, one parent), so ``to-dataset --format preference`` can pair them once scored. Request
-headers are never read except ``X-Session-Id`` (the session of the record): the API key in
-``Authorization`` is never stored, and the built-in redactor runs on everything else. A failed
+headers are never read except ``X-Session-Id`` (the session of the record) and the W3C
+``traceparent`` (the caller's trace and span: an agent that traces its own run into the same store
+gets the server's model calls as children of its span, so a score it puts on its run filters
+them): the API key in ``Authorization`` is never stored, and the built-in redactor runs on everything else. A failed
 request (status >= 400) is recorded with its error. Off unless the server is started with it:
 
     app = TraceMiddleware(app, "traces.sqlite")     # the one line in toolbox.serving
@@ -66,6 +68,8 @@ class RequestTracer:
         status: int = 200,
         error: str | None = None,
         session_id: str | None = None,
+        trace_id: str | None = None,
+        parent_id: str | None = None,
     ) -> list[ActionRecord]:
         """The records of one request (one per choice; one with the error if it failed)."""
         if self.sample_rate < 1.0 and self.tracer._rng.random() >= self.sample_rate:
@@ -79,7 +83,7 @@ class RequestTracer:
         meta["endpoint"] = kind
         if status != 200:
             meta["status"] = status
-        trace = new_trace_id()
+        trace = trace_id or new_trace_id()
         usage = (response or {}).get("usage") or {}
         choices = (response or {}).get("choices") or [None]
         records = []
@@ -99,6 +103,7 @@ class RequestTracer:
                     "llm_call",
                     "chat" if kind == "chat" else "text_completion",
                     id=new_span_id(),
+                    parent_id=parent_id,
                     trace_id=trace,
                     session_id=session_id,
                     inputs=inputs,
