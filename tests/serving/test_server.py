@@ -262,8 +262,8 @@ def test_malformed_json(server):
     assert_error(raw(server, "/chat/completions", b"[1, 2", **{"Content-Type": "application/json"}), 400)
 
 
-def test_unknown_model(client):
-    with pytest.raises(openai.BadRequestError) as e:
+def test_unknown_model_is_404(client):
+    with pytest.raises(openai.NotFoundError) as e:  # OpenAI's answer to an unknown model
         client.completions.create(model="nope", prompt="a")
     assert e.value.body["param"] == "model"
 

@@ -27,13 +27,38 @@ class PromptTooLongError(EngineError, ValueError):
     """The prompt leaves no room for a generated token within the model's context (a server: 400)."""
 
 
+class GrammarError(EngineError, ValueError):
+    """A ``StructuredOutput`` that cannot be compiled (a bad JSON schema or grammar; a server: 400)."""
+
+
 class EngineClosedError(EngineError):
     """The engine was shut down (or its loop failed) before the request finished."""
 
 
 @dataclass
+class StructuredOutput:
+    """What the output must match (constrained decoding): exactly one of the three.
+
+    ``json_object``: any JSON object; ``json_schema``: a JSON value valid under that schema; ``lark``:
+    a Lark grammar in llguidance's dialect (``%json {schema}`` embeds a schema), e.g. the tool-call
+    format of a chat template.
+    """
+
+    json_object: bool = False
+    json_schema: dict[str, Any] | None = None
+    lark: str | None = None
+    field: str = "response_format"  # the request field it comes from, for error messages
+
+
+@dataclass
 class SamplingParams:
-    """How to sample. ``temperature=0`` is greedy; ``n`` completions per prompt."""
+    """How to sample. ``temperature=0`` is greedy; ``n`` completions per prompt.
+
+    ``presence_penalty`` / ``frequency_penalty`` (OpenAI's, -2..2) subtract ``presence * [count > 0]
+    + frequency * count`` from a token's logit, counting the tokens generated so far; ``logit_bias``
+    adds its value (-100..100) to a token id's logit before anything else; ``structured`` restricts
+    every step to the tokens that keep the output valid (see ``toolbox/serving/structured.py``).
+    """
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -48,6 +73,10 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0  # with logprobs: also the k most likely tokens of every step
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    structured: StructuredOutput | None = None
 
 
 @dataclass
@@ -100,9 +129,15 @@ class InferenceEngine(ABC):
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> list[RequestOutput]: ...
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """The prompt token ids of a conversation: the model's chat template, ready for its reply."""
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    def encode_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """The prompt token ids of a conversation: the model's chat template, ready for its reply
+        (``tools``: OpenAI tool definitions, for a template that renders them)."""
+        kwargs = {"tools": tools} if tools else {}
+        ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, **kwargs
+        )
         return list(ids["input_ids"]) if isinstance(ids, dict) or hasattr(ids, "keys") else list(ids)
 
     def chat(

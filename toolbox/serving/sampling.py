@@ -2,8 +2,12 @@
 
 One step of generation turns the model's next-token logits ``[B, V]`` into ``B`` tokens:
 
+0. ``logit_bias`` (added to the named token ids' logits), then the allowed-token mask of a row under
+   constrained decoding (``structured.py``: every other token gets -inf);
 1. repetition penalty (HF semantics: a seen token's logit is divided by the penalty when positive,
-   multiplied when negative; "seen" = prompt + generated so far);
+   multiplied when negative; "seen" = prompt + generated so far), then OpenAI's presence and
+   frequency penalties over the generated tokens (``logit -= presence * [count > 0] + frequency *
+   count``, as OpenAI documents and vLLM implements);
 2. temperature (``0`` means greedy: the row takes the argmax and skips the rest);
 3. top-k, then top-p (the smallest set of tokens whose probability reaches ``top_p``), then min-p
    (drop tokens less likely than ``min_p`` times the most likely one);
@@ -46,12 +50,16 @@ class SamplingTensors:
     top_p: torch.Tensor  # [B] float; 1 = off
     min_p: torch.Tensor  # [B] float; 0 = off
     repetition_penalty: torch.Tensor  # [B] float; 1 = off
+    presence_penalty: torch.Tensor  # [B] float; 0 = off
+    frequency_penalty: torch.Tensor  # [B] float; 0 = off
+    logit_bias: list[tuple[int, torch.Tensor, torch.Tensor]]  # (row, token ids, biases) of rows with one
     greedy: torch.Tensor  # [B] bool
     all_greedy: bool
     any_top_k: bool
     any_top_p: bool
     any_min_p: bool
     any_penalty: bool
+    any_output_penalty: bool  # presence or frequency penalty on some row
     any_logprobs: bool
     max_top_logprobs: int  # the largest top_logprobs of a row that asks for logprobs; 0 = none
 
@@ -67,6 +75,21 @@ class SamplingTensors:
         penalty = torch.tensor(
             [float(p.repetition_penalty) for p in params], dtype=torch.float32, device=device
         )
+        presence = torch.tensor(
+            [float(p.presence_penalty) for p in params], dtype=torch.float32, device=device
+        )
+        frequency = torch.tensor(
+            [float(p.frequency_penalty) for p in params], dtype=torch.float32, device=device
+        )
+        bias = [
+            (
+                row,
+                torch.tensor(list(p.logit_bias), dtype=torch.long, device=device),
+                torch.tensor(list(p.logit_bias.values()), dtype=torch.float32, device=device),
+            )
+            for row, p in enumerate(params)
+            if p.logit_bias
+        ]
         greedy = temperature <= 0
         return cls(
             temperature=temperature,
@@ -74,20 +97,42 @@ class SamplingTensors:
             top_p=top_p,
             min_p=min_p,
             repetition_penalty=penalty,
+            presence_penalty=presence,
+            frequency_penalty=frequency,
+            logit_bias=bias,
             greedy=greedy,
             all_greedy=bool(greedy.all()),
             any_top_k=any(p.top_k > 0 for p in params),
             any_top_p=any(p.top_p < 1.0 for p in params),
             any_min_p=any(p.min_p > 0.0 for p in params),
             any_penalty=any(p.repetition_penalty != 1.0 for p in params),
+            any_output_penalty=any(p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 for p in params),
             any_logprobs=any(p.logprobs for p in params),
             max_top_logprobs=max((p.top_logprobs for p in params if p.logprobs), default=0),
         )
 
 
-def check_params(params: Sequence[SamplingParams]) -> None:
-    """Reject values no sampler can honour, naming the parameter (a server answers 400)."""
+MAX_PENALTY = 2.0  # OpenAI's range of presence_penalty and frequency_penalty: [-2, 2]
+MAX_LOGIT_BIAS = 100.0  # and of a logit_bias value: [-100, 100]
+
+
+def check_params(params: Sequence[SamplingParams], vocab_size: int | None = None) -> None:
+    """Reject values no sampler can honour, naming the parameter (a server answers 400).
+
+    With ``vocab_size``, ``logit_bias`` keys must be token ids of the vocabulary."""
     for p in params:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(p, name)
+            if not -MAX_PENALTY <= value <= MAX_PENALTY:  # also refuses NaN
+                raise ValueError(f"{name} must be in [-2, 2], got {value}")
+        for token, bias in p.logit_bias.items():
+            if not isinstance(token, int) or token < 0 or (vocab_size is not None and token >= vocab_size):
+                raise ValueError(
+                    f"logit_bias: {token!r} is not a token id of this model's vocabulary "
+                    f"(0..{vocab_size - 1 if vocab_size else 'vocab size - 1'})"
+                )
+            if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+                raise ValueError(f"logit_bias[{token}] must be in [-100, 100], got {bias}")
         if p.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {p.temperature}")
         if not 0.0 < p.top_p <= 1.0:
@@ -119,6 +164,38 @@ def apply_repetition_penalty(
         idx = torch.tensor(sorted(set(ids)), dtype=torch.long, device=logits.device)
         seen = out[i, idx]
         out[i, idx] = torch.where(seen > 0, seen / p, seen * p)
+    return out
+
+
+def apply_output_penalties(
+    logits: torch.Tensor,
+    outputs: Sequence[Sequence[int] | None],
+    presence: torch.Tensor,
+    frequency: torch.Tensor,
+) -> torch.Tensor:
+    """OpenAI's presence and frequency penalties: ``logit[t] -= presence * [c_t > 0] + frequency * c_t``
+    with ``c_t`` the count of token ``t`` among the row's generated tokens ``outputs[i]``."""
+    counts = torch.zeros_like(logits)
+    rows = [i for i, ids in enumerate(outputs) if ids]
+    if not rows:
+        return logits
+    row_idx = torch.cat(
+        [torch.full((len(outputs[i]),), i, dtype=torch.long) for i in rows]  # type: ignore[arg-type]
+    ).to(logits.device)
+    tok_idx = torch.tensor([t for i in rows for t in outputs[i]], dtype=torch.long, device=logits.device)  # type: ignore[union-attr]
+    counts.index_put_((row_idx, tok_idx), torch.ones_like(tok_idx, dtype=logits.dtype), accumulate=True)
+    return logits - frequency.unsqueeze(1) * counts - presence.unsqueeze(1) * (counts > 0).to(logits.dtype)
+
+
+def apply_logit_bias(
+    logits: torch.Tensor, bias: Sequence[tuple[int, torch.Tensor, torch.Tensor]]
+) -> torch.Tensor:
+    """Add each row's ``logit_bias`` values to its named token ids."""
+    if not bias:
+        return logits
+    out = logits.clone()
+    for row, ids, values in bias:
+        out[row, ids] += values
     return out
 
 
@@ -155,14 +232,26 @@ def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
 
 
 def process_logits(
-    logits: torch.Tensor, t: SamplingTensors, history: Sequence[Sequence[int] | None] | None = None
+    logits: torch.Tensor,
+    t: SamplingTensors,
+    history: Sequence[Sequence[int] | None] | None = None,
+    outputs: Sequence[Sequence[int] | None] | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Penalty, temperature, top-k, top-p, min-p: the logits a row samples from (float32)."""
-    logits = logits.float()
+    """Logit bias, allowed-token mask, penalties, temperature, top-k, top-p, min-p: the logits a row
+    samples from (float32). ``history[i]``: prompt + generated ids of row ``i`` (for the repetition
+    penalty); ``outputs[i]``: its generated ids (presence/frequency); ``allowed``: ``[B, V]`` bool."""
+    logits = apply_logit_bias(logits.float(), t.logit_bias)
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
     if t.any_penalty:
         if history is None:
             raise ValueError("repetition_penalty needs the token history of every row")
         logits = apply_repetition_penalty(logits, history, t.repetition_penalty)
+    if t.any_output_penalty:
+        if outputs is None:
+            raise ValueError("presence_penalty and frequency_penalty need the generated tokens of every row")
+        logits = apply_output_penalties(logits, outputs, t.presence_penalty, t.frequency_penalty)
     if t.all_greedy:
         return logits
     logits = apply_temperature(logits, t.temperature)

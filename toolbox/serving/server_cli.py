@@ -42,6 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from toolbox.core.errors import ConfigError
     from toolbox.serving.server import build_engine, serve
+    from toolbox.serving.server_request import Limits
 
     model, engine_name, overrides = parse_serve_args(args.args)
     if engine_name != "http" and not Path(model).exists():
@@ -62,6 +63,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
+        limits=Limits(
+            max_body_bytes=args.max_request_bytes,
+            max_prompt_chars=args.max_prompt_chars,
+            allow_unknown_fields=args.allow_unknown_fields,
+        ),
     )
     return 0
 
@@ -76,4 +82,18 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--served-model-name", default=None, help="the model name clients send (default: model=)")
     p.add_argument("--drain-timeout", type=float, default=60.0, help="seconds shutdown waits for requests")
     p.add_argument("--log-level", default="warning")
+    p.add_argument(
+        "--max-request-bytes", type=int, default=8 * 2**20, help="larger request bodies are answered 413"
+    )
+    p.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=None,
+        help="longer prompts are refused before tokenizing (default: the context x the longest token)",
+    )
+    p.add_argument(
+        "--allow-unknown-fields",
+        action="store_true",
+        help="ignore request fields this server does not implement (default: a 400 naming them)",
+    )
     p.set_defaults(fn=cmd_serve)

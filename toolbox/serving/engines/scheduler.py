@@ -8,7 +8,8 @@ One background thread owns the model. Each iteration it
    together (one forward) and each completion samples its first token;
 3. runs one decode step for every running completion and samples the next tokens;
 4. hands each token to its request (streamed requests get a ``StreamDelta`` at once), finishes
-   completions that hit a stop id, a stop string, ``max_tokens`` or the context, and frees their
+   completions that hit a stop id, a stop string, the end of their grammar (constrained decoding,
+   ``structured.py``: each completion walks its own matcher), ``max_tokens`` or the context, and frees their
    slots (the last running completion moves into the hole, so the batch stays packed).
 
 Callers talk to it through ``submit`` (thread-safe; raises ``QueueFullError`` when ``max_queue_size``
@@ -47,6 +48,7 @@ from toolbox.serving.sampling import (
     process_logits,
     sample,
 )
+from toolbox.serving.structured import allowed_tokens
 
 log = logging.getLogger(__name__)
 _END = object()
@@ -172,6 +174,7 @@ class _Request:
     stop_ids: frozenset[int]
     limit: int  # most tokens per completion: max_tokens, capped by the context
     needs_text: bool
+    matcher: Any = None  # constrained decoding: the grammar's matcher at its start (copied per completion)
     seqs: list[_Seq] = field(default_factory=list)
     unfinished: int = 0
 
@@ -187,6 +190,7 @@ class _Seq:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
+    matcher: Any = None
 
 
 class ContinuousBatcher:
@@ -249,7 +253,9 @@ class ContinuousBatcher:
         request_id: str | None,
         stream: bool,
         bypass_queue_limit: bool = False,
+        matcher: Any = None,
     ) -> RequestHandle:
+        """Queue a request; ``matcher``: an llguidance matcher its completions must follow."""
         request_id = request_id or f"req-{next(self._ids)}"
         handle = RequestHandle(request_id, prompt, self.abort, stream)
         stop_ids = set(params.stop_token_ids)
@@ -263,6 +269,7 @@ class ContinuousBatcher:
             stop_ids=frozenset(stop_ids),
             limit=min(params.max_tokens, self.runner.max_model_len - len(prompt)),
             needs_text=stream or bool(params.stop),
+            matcher=matcher,
         )
         if params.n > self.max_batch_size:
             raise ValueError(f"n={params.n} exceeds the engine's max_batch_size={self.max_batch_size}")
@@ -422,6 +429,7 @@ class ContinuousBatcher:
                     make_generator(completion_seed(request.params.seed, i), self.runner.device),
                     text,
                     len(request.prompt),
+                    matcher=request.matcher.deep_copy() if request.matcher is not None else None,
                 )
                 request.seqs.append(seq)
                 seqs.append(seq)
@@ -470,7 +478,9 @@ class ContinuousBatcher:
                 s.request.prompt + s.tokens if s.request.params.repetition_penalty != 1.0 else None
                 for s in seqs
             ]
-        processed = process_logits(logits, t, history)
+        outputs = [s.tokens for s in seqs] if t.any_output_penalty else None
+        allowed = allowed_tokens([s.matcher for s in seqs], logits.shape[-1], logits.device)
+        processed = process_logits(logits, t, history, outputs, allowed)
         generators = None if t.all_greedy else [s.generator for s in seqs]
         tokens = sample(processed, t, generators, self.generator)
         if decoded:
@@ -498,7 +508,13 @@ class ContinuousBatcher:
             if top is not None:
                 seq.top_logprobs.append(top)
         reason = None
-        if token in request.stop_ids:
+        grammar_done = False
+        if seq.matcher is not None:
+            seq.matcher.consume_token(token)
+            grammar_done = seq.matcher.is_stopped() or seq.matcher.is_error()
+            if grammar_done and token not in request.stop_ids and seq.text is not None:
+                seq.text.push(token)  # the grammar's last token is part of the text
+        if token in request.stop_ids or grammar_done:
             reason = "stop"
         elif seq.text is not None and seq.text.push(token):
             reason = "stop"

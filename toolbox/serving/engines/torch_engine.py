@@ -30,6 +30,7 @@ from toolbox.serving.engines.loading import context_length, copy_weights_, eos_t
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.engines.scheduler import ContinuousBatcher, RequestHandle
 from toolbox.serving.sampling import check_params
+from toolbox.serving.structured import Grammars
 
 
 @ENGINES.register("torch")
@@ -114,6 +115,7 @@ class TorchEngine(InferenceEngine):
             prefill_threads=prefill_threads,
         )
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.grammars = Grammars(tokenizer, self.vocab_size, self.eos_ids)
 
     # requests ----------------------------------------------------------------------------------------
     def _check_prompt(self, ids: list[int]) -> list[int]:
@@ -145,9 +147,12 @@ class TorchEngine(InferenceEngine):
         ``ValueError`` for a prompt or parameters the engine cannot serve. With ``stream=True`` and
         a running event loop, ``async for delta in handle`` yields a ``StreamDelta`` per token.
         """
-        check_params([params])
+        check_params([params], self.vocab_size)
         ids = self._check_prompt(self.encode_prompt(prompt))
-        return self.batcher.submit(ids, params, request_id, stream, bypass_queue_limit=_bypass_queue_limit)
+        matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
+        return self.batcher.submit(
+            ids, params, request_id, stream, bypass_queue_limit=_bypass_queue_limit, matcher=matcher
+        )
 
     def abort(self, request_id: str) -> None:
         """Cancel a request by id (no-op if it already finished)."""
@@ -157,12 +162,17 @@ class TorchEngine(InferenceEngine):
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> list[RequestOutput]:
         """Generate for every prompt (all are queued at once; the queue limit does not apply)."""
-        check_params([params])
+        check_params([params], self.vocab_size)
         ids = [self._check_prompt(self.encode_prompt(p)) for p in prompts]
+        matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
         handles = []
         try:
             for p in ids:
-                handles.append(self.batcher.submit(p, params, None, stream=False, bypass_queue_limit=True))
+                handles.append(
+                    self.batcher.submit(
+                        p, params, None, stream=False, bypass_queue_limit=True, matcher=matcher
+                    )
+                )
             return [h.result() for h in handles]
         except BaseException:
             for h in handles:
