@@ -10,8 +10,8 @@ reason, the latency, the sampling settings in ``metadata``. Choices of one reque
 headers are never read except ``X-Session-Id`` (the session of the record) and the W3C
 ``traceparent`` (the caller's trace and span: an agent that traces its own run into the same store
 gets the server's model calls as children of its span, so a score it puts on its run filters
-them): the API key in ``Authorization`` is never stored, and the built-in redactor runs on everything else. A failed
-request (status >= 400) is recorded with its error. Off unless the server is started with it:
+them): the API key in ``Authorization`` is never stored, and the built-in redactor runs on
+everything else. A failed request (status >= 400) is recorded with its error. Off unless the server is started with it:
 
     app = TraceMiddleware(app, "traces.sqlite")     # the one line in toolbox.serving
 """
@@ -264,13 +264,19 @@ class TraceMiddleware:
             detail = (response or {}).get("error") if isinstance(response, dict) else None
             error = f"HTTP {status}: {(detail or {}).get('message', '') if isinstance(detail, dict) else detail or ''}".strip()
             response = None
-        session = None
-        for k, v in scope.get("headers") or ():
-            if k.lower() == b"x-session-id":  # the only header read: never Authorization
+        session = trace = parent = None
+        for k, v in scope.get("headers") or ():  # the only headers read: never Authorization
+            k = k.lower()
+            if k == b"x-session-id":
                 session = v.decode("latin-1")
+            elif k == b"traceparent":  # W3C trace context: the caller's trace and span
+                parts = v.decode("latin-1").split("-")
+                if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
+                    trace, parent = parts[1], parts[2]
         self.tracer.record(
-            kind, request, response, start, time.time(), status=status, error=error, session_id=session
-        )
+            kind, request, response, start, time.time(), status=status, error=error,
+            session_id=session, trace_id=trace, parent_id=parent,
+        )  # fmt: skip
 
     async def _lifespan(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         async def send_copy(message: dict[str, Any]) -> None:

@@ -20,8 +20,10 @@ class Chat(TokenizedFactory):
     """A list of {role, content} messages through ``apply_chat_template``; assistant turns scored.
 
     Tool-calling conversations in TRL's format work too: assistant turns with ``tool_calls``,
-    ``role: tool`` replies, and the record's ``tools`` (a list or its JSON) passed to the template;
-    how calls render is the tokenizer's chat template's business.
+    ``role: tool`` replies, and the record's ``tools`` (a list or its JSON). They are rendered as
+    ``toolbox serve`` renders them (``toolbox.serving.tool_calls.template_messages``): passed to a
+    template that renders tools and calls itself, else written into the messages in the Hermes
+    form the served model answers in (``<tools>`` system message, ``<tool_call>`` content).
 
     The conversation is rendered one turn at a time and each new piece of text is tokenized on its
     own, as at generation time: the text the template adds for an assistant turn beyond its
@@ -50,6 +52,9 @@ class Chat(TokenizedFactory):
     def render(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = False, tools: Any = None
     ) -> str:
+        from toolbox.serving.tool_calls import template_messages  # as toolbox serve renders them
+
+        messages, tools = template_messages(messages, tools, str(self.tokenizer.chat_template or ""))
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
         )

@@ -8,7 +8,8 @@ with the ``tools`` it may call::
     tool       "487"
     assistant  "The answer is 487."
 
-plus ``question``, ``expression`` and ``answer`` (the verifiable reward of examples/agent_tools
+plus ``question``, ``expression``, ``answer`` and ``tool_call_text`` (the call as a served model
+writes it, ``<tool_call>{...}</tool_call>``) (the verifiable reward of examples/agent_tools
 compares the last number of the final reply with ``answer``). Operands have up to ``digits``
 digits, so a small model cannot do the sum itself: it must call the tool with the right expression
 and copy the result. Train and test problems are drawn without replacement from every (template, a,
@@ -30,12 +31,11 @@ TOOLS: list[dict[str, Any]] = [
         "type": "function",
         "function": {
             "name": "calculator",
-            "description": "Evaluate an arithmetic expression of two integers with + - or *.",
+            "description": "a+b, a-b or a*b of two integers",
             "parameters": {
                 "type": "object",
-                "properties": {"expression": {"type": "string", "description": "for example 12+30"}},
+                "properties": {"expression": {"type": "string"}},
                 "required": ["expression"],
-                "additionalProperties": False,
             },
         },
     }
@@ -123,8 +123,13 @@ def arithmetic_tools(num_train: int = 2000, num_test: int = 200, digits: int = 3
     train, test = draw(num_train, num_test, digits, seed)
     tools = json.dumps(TOOLS)
 
+    from toolbox.serving.tool_calls import render_call
+
     def record(p: dict[str, Any], i: int) -> Record:
-        return {"messages": conversation(p, f"call_{i}"), "tools": tools, **p}
+        # tool_call_text: the call as the served model writes it (its characters are in the corpus
+        # a char tokenizer is built from)
+        call = render_call("calculator", json.dumps({"expression": p["expression"]}))
+        return {"messages": conversation(p, f"call_{i}"), "tools": tools, "tool_call_text": call, **p}
 
     return Splits(
         train=[record(p, i) for i, p in enumerate(train)], test=[record(p, i) for i, p in enumerate(test)]
