@@ -4,8 +4,8 @@ app (the official openai client, plain and streamed), never the API key."""
 from __future__ import annotations
 
 import asyncio
-import re
 import json
+import re
 
 import httpx
 import openai
