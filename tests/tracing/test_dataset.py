@@ -207,7 +207,7 @@ def test_our_chat_dataset_scores_the_tool_call_and_the_supervised_trainer_trains
     assert rows[0]["messages"][4]["content"] in scored and "Use the calculator" not in scored
 
     overrides = [o for o in tiny if not o.startswith("data.source")] + [
-        "data=local", f"data.source.path={sft_dir}", "data.dataset.name=chat", "data.dataset.max_length=256",
+        "data=local", f"data.source.path={sft_dir}", "data.dataset.name=chat", "data.dataset.max_length=640",
         "trainer.max_steps=6", "trainer.batch_size=4", "optimizer.lr=1e-2", f"run_dir={tmp_path / 'run'}",
     ]  # fmt: skip
     parts = ExperimentBuilder.from_config(load_config(overrides)).build()
