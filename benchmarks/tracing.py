@@ -210,7 +210,9 @@ def bench_to_dataset(records: int, tmp: str, near_dup: float | None = None) -> d
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result.update({"store_mb": round(os.path.getsize(path) / 2**20), "store_build_s": round(made, 1)})
-    os.remove(path)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
     return result
 
 

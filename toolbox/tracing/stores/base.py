@@ -2,7 +2,8 @@
 
 A store holds ActionRecords and their scores. ``write`` appends records (the SQLite and memory
 stores keep a record id once: writing it again is a no-op; JSONL appends whatever it is given); ``add_score`` attaches a score to a stored record after the
-fact; ``query`` streams the records matching a ``Query`` (ordered by start time);
+fact; ``query`` streams the records matching a ``Query`` (SQLite and memory: by start time; JSONL:
+in the order they were written);
 ``traces`` streams them grouped by trace (every record of a trace together, a bounded amount in
 memory at a time), which is what trace → dataset conversion reads.
 """
@@ -90,7 +91,7 @@ class TraceStore(ABC):
 
     @abstractmethod
     def query(self, q: Query | None = None) -> Iterator[ActionRecord]:
-        """The matching records, by start time."""
+        """The matching records (by start time; JSONL: in file order)."""
 
     def count(self, q: Query | None = None) -> int:
         return sum(1 for _ in self.query(q))
