@@ -36,16 +36,20 @@ BUILTIN_RULES: tuple[tuple[str, str], ...] = (
     ("phone", r"(?<![\w+])\+\d{1,3}[\s.-]?(?:\(\d{1,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]?\d{2,4}){1,4}(?!\w)"),
     ("phone", r"(?<![\w+])(?:\(\d{2,4}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\w)"),
 )
-_ZERO_DIGITS = str.maketrans("123456789", "000000000")
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _SEPARATORS = (" ", ".", "-")
-_PHONE_SHAPES = tuple(f"000{a}000{b}0000" for a in _SEPARATORS for b in _SEPARATORS) + (")000", ") 000")
+_PHONE_SHAPES = tuple(f"000{a}000{b}0000".encode() for a in _SEPARATORS for b in _SEPARATORS) + (
+    b")000",
+    b") 000",
+)
+_TOKEN_ASSIGN = ("token:", "token=", "token :", "token =")
 _LITERALS = ("@", "sk-", "AKIA", "ASIA", "xox", "hf_", "AIza")
 _LOWER_LITERALS = ("bearer", "secret", "passw", "authorization", "api_key", "apikey", "api-key")
 
 
 def might_hold_builtin_secret(text: str) -> bool:
     """False only when no built-in rule can match ``text``: every rule's match contains one of a few
-    literals (``@``, ``sk-``, ``bearer``, ``api_key``, a ``token`` that is not ``tokens``, ...; a
+    literals (``@``, ``sk-``, ``bearer``, ``api_key``, ``token:`` / ``token=``, ...; a
     phone number has the shape ``000-000-0000``, or a ``+0`` after no word character, once its
     digits are zeroed). A few ``in``
     tests, so a whole serialised record is checked at once and the regexes run only on the rare
@@ -59,17 +63,22 @@ def might_hold_builtin_secret(text: str) -> bool:
     for lit in _LOWER_LITERALS:
         if lit in low:
             return True
-    if low.count("token") != low.count("tokens"):
-        return True
-    zeroed = text.translate(_ZERO_DIGITS)
-    for shape in _PHONE_SHAPES:
-        if shape in zeroed:
-            return True
-    i = zeroed.find("+0")  # +<country code>, not the plus of a sum (the rule wants no word before)
+    if "token" in low:
+        for lit in _TOKEN_ASSIGN:
+            if lit in low:
+                return True
+    zeroed = text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)  # bytes: a fast table
+    # every phone shape holds one of these (a float's single dot does not make "000.000.")
+    if b"000 000" in zeroed or b"000-000" in zeroed or b"000.000." in zeroed or b")" in zeroed:
+        for shape in _PHONE_SHAPES:
+            if shape in zeroed:
+                return True
+    i = zeroed.find(b"+0")  # +<country code>, not the plus of a sum (the rule wants no word before)
     while i != -1:
-        if i == 0 or not (zeroed[i - 1].isalnum() or zeroed[i - 1] in "_+"):
+        before = zeroed[i - 1 : i]
+        if i == 0 or not (before.isalnum() or before in (b"_", b"+")):
             return True
-        i = zeroed.find("+0", i + 1)
+        i = zeroed.find(b"+0", i + 1)
     return False
 
 
