@@ -42,6 +42,7 @@ _PHONE_SHAPES = tuple(f"000{a}000{b}0000".encode() for a in _SEPARATORS for b in
     b")000",
     b") 000",
 )
+_PHONE_HINTS = (b"000 000", b"000-000", b"000.000.", b"000.000 ", b"000.000-", b")")
 _TOKEN_ASSIGN = ("token:", "token=", "token :", "token =")
 _LITERALS = ("@", "sk-", "AKIA", "ASIA", "xox", "hf_", "AIza")
 _LOWER_LITERALS = ("bearer", "secret", "passw", "authorization", "api_key", "apikey", "api-key")
@@ -68,8 +69,8 @@ def might_hold_builtin_secret(text: str) -> bool:
             if lit in low:
                 return True
     zeroed = text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)  # bytes: a fast table
-    # every phone shape holds one of these (a float's single dot does not make "000.000.")
-    if b"000 000" in zeroed or b"000-000" in zeroed or b"000.000." in zeroed or b")" in zeroed:
+    # every phone shape holds one of these hints (a float's one dot makes "000.000" but none of them)
+    if any(hint in zeroed for hint in _PHONE_HINTS):
         for shape in _PHONE_SHAPES:
             if shape in zeroed:
                 return True
