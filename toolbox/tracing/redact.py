@@ -70,10 +70,12 @@ def might_hold_builtin_secret(text: str) -> bool:
                 return True
     zeroed = text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)  # bytes: a fast table
     # every phone shape holds one of these hints (a float's one dot makes "000.000" but none of them)
-    if any(hint in zeroed for hint in _PHONE_HINTS):
-        for shape in _PHONE_SHAPES:
-            if shape in zeroed:
-                return True
+    for hint in _PHONE_HINTS:
+        if hint in zeroed:
+            for shape in _PHONE_SHAPES:
+                if shape in zeroed:
+                    return True
+            break
     i = zeroed.find(b"+0")  # +<country code>, not the plus of a sum (the rule wants no word before)
     while i != -1:
         before = zeroed[i - 1 : i]
