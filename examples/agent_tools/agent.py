@@ -83,9 +83,18 @@ class Server:
 
 
 def solve(
-    client, problem: dict, tracer=None, session: str = "", temperature: float = 0.0, max_turns: int = 3
+    client,
+    problem: dict,
+    tracer=None,
+    session: str = "",
+    temperature: float = 0.0,
+    max_turns: int = 3,
+    max_tokens: int = 32,
 ) -> dict:
-    """One agent run: ask, execute the calculator calls, until a reply without a call."""
+    """One agent run: ask, execute the calculator calls, until a reply without a call. A request the
+    server refuses (a conversation grown past the model's context) ends the run as not correct."""
+    import openai
+
     from toolbox.data.sources.arithmetic_tools import TOOLS, calculate
 
     def run(span) -> dict:
@@ -95,8 +104,14 @@ def solve(
         messages = [{"role": "user", "content": problem["question"]}]
         tool_ok, final = False, ""
         for turn in range(max_turns):
-            reply = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, max_tokens=64,
-                                                   temperature=temperature, extra_headers=headers)  # fmt: skip
+            try:
+                reply = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, max_tokens=max_tokens,
+                                                       temperature=temperature, extra_headers=headers)  # fmt: skip
+            except openai.BadRequestError as e:
+                final = ""
+                if span is not None:
+                    span.error = f"BadRequestError: {e.message}"
+                break
             message = reply.choices[0].message
             calls = message.tool_calls or []
             if not calls:
