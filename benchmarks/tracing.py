@@ -134,7 +134,9 @@ def bench_sqlite(n: int, writers: int, tmp: str) -> dict:
 
     SqliteStore(path).close()  # the schema, so that the processes time writing only
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, path, str(w), str(n)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", code, path, str(w), str(n)], stdout=subprocess.PIPE, text=True
+        )
         for w in range(writers)
     ]
     spans = [tuple(map(float, p.communicate()[0].split())) for p in procs]
