@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_parser(sub)
     add_bench_parser(sub)
+    from toolbox.tracing.cli import add_parser as add_traces_parser  # toolbox traces
+
+    add_traces_parser(sub)
 
     from toolbox.memory.cli import add_parser as add_memory_parser  # toolbox memory add|search|stats|export
 

@@ -11,7 +11,7 @@ up to date.
     python workflow/stages.py dvc --check    # exit 1 when dvc.yaml is out of date
     python workflow/stages.py show demo      # print every command of run 'demo'
 
-Adding a stage (traces -> dataset, serve + bench): append a ``Stage`` to ``STAGES`` (its command
+Adding a stage: append a ``Stage`` to ``STAGES`` (its command
 is one ``toolbox`` subcommand with explicit ``--out`` paths under ``work/<run>/``), add a rule file
 ``workflow/rules/<name>.smk`` on the pattern of ``eval.smk``, and, if the run should publish it,
 add its output to the ``publish`` stage. Then ``python workflow/stages.py dvc``.
@@ -56,6 +56,9 @@ PATHS = {
     "resume_key": "work/{run}/train/checkpoints.config.yaml",
     "eval": "work/{run}/eval.json",
     "bench": "work/{run}/bench.json",
+    "traces": "work/{run}/traces.sqlite",
+    "agent_eval": "work/{run}/agent_eval.json",
+    "traces_data": "work/{run}/traces_data",
     "plots": "work/{run}/plots",
     "results": "results/{run}",
     "log": "work/{run}/logs/{stage}.log",
@@ -98,6 +101,8 @@ class Stage:
         deps: input name -> path template.
         outs: output name -> Out.
         per_run: False for the one stage shared by all runs (the toolbox defaults).
+        when: the stage exists only for runs whose entry has this key (the agent and traces
+            stages: runs with ``agent:``).
         checkpoint: a Snakemake checkpoint. Compose is one, so that after it reruns Snakemake
             re-evaluates every stage that reads a config slice, and a stage whose slice did not
             change does not rerun (the same per-stage check DVC makes with hashes).
@@ -110,6 +115,10 @@ class Stage:
     per_run: bool = True
     checkpoint: bool = False
     doc: str = ""
+    when: str | None = None  # only for the runs whose entry has this key (``agent``)
+
+    def applies(self, entry: dict[str, Any] | None) -> bool:
+        return self.when is None or bool((entry or {}).get(self.when))
 
     def dvc_name(self, run: str | None) -> str:
         return f"{self.name}-{run}" if self.per_run else self.name
@@ -187,7 +196,26 @@ STAGES: tuple[Stage, ...] = (
         outs={"plots": Out(PATHS["plots"], directory=True)},
         doc="PNG curves of metrics.jsonl",
     ),
-    # traces -> dataset stages go here (see the module docstring)
+    # agent run -> traces -> dataset: runs with `agent:` (a script that runs the trained model as
+    # an agent, records every model and tool call, and scores it, and the model it started from, on
+    # held-out problems) and `to_dataset:` (the arguments of `toolbox traces to-dataset`); a run
+    # with `data_from_traces: <run>` trains on the dataset made from that run's traces
+    Stage(
+        "agent",
+        "python {agent_script} --model {model} --traces {traces} --eval {agent_eval}{agent_before} {agent_args}",
+        deps={"model": PATHS["model"]},
+        outs={"traces": Out(PATHS["traces"]), "eval": Out(PATHS["agent_eval"], metrics=True)},
+        when="agent",
+        doc="agent run -> traces.sqlite (every model and tool call) and agent_eval.json (held-out problems)",
+    ),
+    Stage(
+        "traces",
+        "toolbox traces to-dataset {traces} --out {traces_data} --no-progress {to_dataset_args}",
+        deps={"traces": PATHS["traces"]},
+        outs={"data": Out(PATHS["traces_data"], directory=True)},
+        when="to_dataset",
+        doc="traces -> dataset: filtered, redacted, deduplicated, split by session (card.json)",
+    ),
     Stage(
         "serve_bench",
         "python {serve_bench} --model {model} --out {bench}",
@@ -198,7 +226,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "publish",
         "python {publisher} --config {full_cfg} --model {model} --eval {eval} --metrics {metrics} "
-        "--plots {plots} --out {results}",
+        "--plots {plots}{publish_extra} --out {results}",
         deps={
             "config": PATHS["full_cfg"],
             "model": PATHS["model"],
@@ -241,6 +269,33 @@ def run_entry(runs: dict[str, Any], run: str) -> dict[str, Any]:
 INIT_STAGES = ("data", "train")
 
 
+def traces_data(entry: dict[str, Any] | None) -> str | None:
+    """The dataset a run with ``data_from_traces: <run>`` trains on (made from that run's traces)."""
+    source = (entry or {}).get("data_from_traces")
+    return PATHS["traces_data"].format(run=source) if source else None
+
+
+def extra_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> list[str]:
+    """Inputs a stage has for this run only: the model it starts from (``init_from``, INIT_STAGES),
+    the traces dataset (``data_from_traces``, data), the agent script (agent), the agent's
+    evaluation (publish of a run with ``agent``)."""
+    deps = []
+    start = init_model(entry)
+    if start and stage.name in INIT_STAGES:
+        deps.append(start)
+    data = traces_data(entry)
+    if data and stage.name == "data":
+        deps.append(data)
+    if entry and entry.get("agent") and run is not None:
+        if stage.name == "agent":
+            deps.append(entry["agent"]["script"])
+            if start:
+                deps.append(start)  # evaluated too: the "before" of agent_eval.json
+        if stage.name == "publish":
+            deps.append(PATHS["agent_eval"].format(run=run))
+    return deps
+
+
 def init_model(entry: dict[str, Any] | None) -> str | None:
     """The trained model folder a run starts from (``init_from``), or None."""
     source = (entry or {}).get("init_from")
@@ -257,6 +312,9 @@ def overrides(run: str, entry: dict[str, Any]) -> list[str]:
         if start
         else []
     )
+    data = traces_data(entry)
+    if data:
+        init += ["data=local", f"data.source.path={data}", "data.dataset.name=chat"]
     return [
         f"experiment={entry['experiment']}",
         f"run_name={run}",
@@ -267,13 +325,8 @@ def overrides(run: str, entry: dict[str, Any]) -> list[str]:
 
 
 def run_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> list[str]:
-    """The stage's inputs for this run: its declared deps and, for a run with ``init_from``, the
-    model it starts from (INIT_STAGES only)."""
-    deps = [d.format(run=run) for d in stage.deps.values()]
-    start = init_model(entry)
-    if start and stage.name in INIT_STAGES:
-        deps.append(start)
-    return deps
+    """The stage's inputs for this run: its declared deps and its ``extra_deps``."""
+    return [d.format(run=run) for d in stage.deps.values()] + extra_deps(stage, run, entry)
 
 
 def resources(entry: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +343,15 @@ def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
     }
     if entry is not None and run is not None:
         values["overrides"] = " ".join(shlex.quote(o) for o in overrides(run, entry))
+        agent = entry.get("agent") or {}
+        values["agent_script"] = agent.get("script", "")
+        values["agent_args"] = " ".join(shlex.quote(str(a)) for a in agent.get("args") or [])
+        values["to_dataset_args"] = " ".join(shlex.quote(str(a)) for a in entry.get("to_dataset") or [])
+        values["publish_extra"] = f" --extra {PATHS['agent_eval'].format(run=run)}" if agent else ""
+        start = init_model(entry)
+        values["agent_before"] = f" --before-model {start}" if start else ""
+    else:
+        values["publish_extra"] = ""
     return values
 
 
@@ -329,7 +391,26 @@ def config_errors(cfg: Any) -> list[str]:
         where = "/".join(str(p) for p in e.absolute_schema_path)
         lines.append(f"{key}: {e.message} (schema: {Path(SCHEMA).name}#/{where})")
     if not lines:
-        lines = init_from_errors(cfg["runs"])
+        lines = init_from_errors(cfg["runs"]) + data_from_traces_errors(cfg["runs"])
+    return lines
+
+
+def data_from_traces_errors(runs: dict[str, Any]) -> list[str]:
+    """``data_from_traces`` must name a run of the file with an ``agent`` and ``to_dataset`` (whose
+    traces' dataset it reads)."""
+    lines = []
+    for run, entry in runs.items():
+        source = entry.get("data_from_traces")
+        if source is None:
+            continue
+        if source not in runs or not (runs[source].get("agent") and runs[source].get("to_dataset")):
+            with_agent = sorted(r for r, e in runs.items() if e.get("agent") and e.get("to_dataset"))
+            lines.append(
+                f"runs.{run}.data_from_traces: '{source}' is not a run of this file with an agent and "
+                f"to_dataset (runs with both: {', '.join(with_agent) or 'none'})"
+            )
+        elif source == run:
+            lines.append(f"runs.{run}.data_from_traces: a run cannot train on its own traces")
     return lines
 
 
@@ -381,6 +462,8 @@ def dvc_stages(runs: dict[str, Any]) -> dict[str, Any]:
     for stage in STAGES:
         for run in sorted(runs) if stage.per_run else [None]:
             entry = runs[run] if run is not None else None
+            if not stage.applies(entry):
+                continue
             spec: dict[str, Any] = {"cmd": dvc_cmd(stage, run, entry)}
             spec["deps"] = run_deps(stage, run, entry)
             outs, metrics = [], []
@@ -459,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for stage in STAGES:
             run = args.run if stage.per_run else None
+            if not stage.applies(entry if run else None):
+                continue
             print(f"# {stage.dvc_name(run)}: {stage.doc}\n{command(stage, run, entry if run else None)}\n")
         return 0
     text = dvc_yaml_text(runs)

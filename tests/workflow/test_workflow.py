@@ -61,7 +61,12 @@ def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None
     cfg = tiny_config()
     cfg["runs"]["other"] = {"experiment": "demo", "overrides": ["trainer.max_steps=5"]}
     cfg["runs"]["tuned"] = tuned_entry()  # starts from tiny's model
+    cfg["runs"]["actor"] = {  # agent -> traces -> dataset
+        **tiny_config()["runs"][TINY_RUN], "agent": {"script": "agent.py"}, "to_dataset": ["--format", "sft"],
+    }  # fmt: skip
+    cfg["runs"]["learner"] = {"experiment": "agent_sft", "init_from": "actor", "data_from_traces": "actor"}
     wf = copy_workflow(tmp_path / "repo", cfg)
+    (wf.root / "agent.py").write_text("# the agent script of run 'actor'\n")
     wf.git_dvc_init()
     # compose is a checkpoint: the jobs after it are known exactly once it has run (~10 s)
     wf.snakemake("-c2", *(f"work/{r}/config/full.yaml" for r in cfg["runs"]))
@@ -70,7 +75,8 @@ def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None
     names = {
         s.dvc_name(r): (s.name, r)
         for s in stages.STAGES
-        for r in (["tiny", "other", "tuned"] if s.per_run else [None])
+        for r in (sorted(cfg["runs"]) if s.per_run else [None])
+        if s.applies(cfg["runs"].get(r) if r else None)
     }
     ddot = wf.dvc("dag", "--dot").stdout
     dvc = {
@@ -83,6 +89,10 @@ def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None
     assert {job for edge in smk for job in edge} == set(names.values())
     assert (("train", "tiny"), ("plot", "tiny")) in smk  # plot reads train's metrics.jsonl
     assert {(("train", "tiny"), ("data", "tuned")), (("train", "tiny"), ("train", "tuned"))} <= smk
+    # agent run -> traces -> dataset -> the learner's data; the agent's eval is published
+    assert {(("train", "actor"), ("agent", "actor")), (("agent", "actor"), ("traces", "actor")),
+            (("traces", "actor"), ("data", "learner")), (("agent", "actor"), ("publish", "actor"))} <= smk  # fmt: skip
+    assert ("agent", "tiny") not in {job for edge in smk for job in edge}
 
 
 # -- a run that starts from another run's model (init_from) ---------------------------------------

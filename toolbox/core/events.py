@@ -20,6 +20,7 @@ class Event(enum.Enum):
     EVAL_END = "eval_end"
     CHECKPOINT_SAVED = "checkpoint_saved"
     FIT_END = "fit_end"
+    ROLLOUT_END = "rollout_end"  # RL trainers: a round's rollout, scored (payload: rollout)
 
 
 @dataclass

@@ -119,12 +119,18 @@ class ExactMatch:
             self.batch_size,
             parts.strategy.device,
         )
-        hits = 0
-        self.last_failures = []
-        for prompt, output, record in zip(prompts, outputs, records, strict=True):
-            reference = str(record[self.reference_field])
-            if output.strip() == reference.strip():
-                hits += 1
-            else:
-                self.last_failures.append({"prompt": prompt, "reference": reference, "output": output})
-        return {"eval/exact_match": hits / max(len(records), 1)}
+        correct = [
+            o.strip() == str(r[self.reference_field]).strip() for o, r in zip(outputs, records, strict=True)
+        ]
+        # what a tracing callback records of this evaluation (prompt, output, reference, correct), and
+        # what the memory writer keeps of it (the failures)
+        self.last_generations = [
+            {"prompt": p, "output": o, "reference": str(r[self.reference_field]), "correct": c}
+            for p, o, r, c in zip(prompts, outputs, records, correct, strict=True)
+        ]
+        self.last_failures = [
+            {"prompt": g["prompt"], "reference": g["reference"], "output": g["output"]}
+            for g in self.last_generations
+            if not g["correct"]
+        ]
+        return {"eval/exact_match": sum(correct) / max(len(records), 1)}

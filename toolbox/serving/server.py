@@ -323,13 +323,19 @@ def serve(
     drain_timeout: float = 60.0,
     log_level: str = "warning",
     limits: Limits | None = None,
+    trace: str | None = None,
 ) -> None:
-    """Run the server until SIGTERM/SIGINT; requests in flight finish first (up to ``drain_timeout``)."""
+    """Run the server until SIGTERM/SIGINT; requests in flight finish first (up to ``drain_timeout``).
+    ``trace``: a trace store that records every request and response (toolbox.tracing.serving)."""
     import uvicorn
 
     app = build_app(
         engine, model_name, api_key=api_key, max_queue=max_queue, drain_timeout=drain_timeout, limits=limits
     )
+    if trace:  # toolbox serve --trace FILE
+        from toolbox.tracing.serving import TraceMiddleware
+
+        app = TraceMiddleware(app, trace)
     config = uvicorn.Config(
         app,
         host=host,

@@ -68,6 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_prompt_chars=args.max_prompt_chars,
             allow_unknown_fields=args.allow_unknown_fields,
         ),
+        trace=args.trace,
     )
     return 0
 
@@ -95,5 +96,12 @@ def add_serve_parser(sub: Any) -> None:
         "--allow-unknown-fields",
         action="store_true",
         help="ignore request fields this server does not implement (default: a 400 naming them)",
+    )
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE",
+        help="record every request and response (redacted, never the API key) into this trace store "
+        "(.sqlite or .jsonl); off by default",
     )
     p.set_defaults(fn=cmd_serve)

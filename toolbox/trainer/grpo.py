@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from toolbox.core.errors import ConfigError
+from toolbox.core.events import Event
 from toolbox.core.registries import ADVANTAGES, TRAINERS
 from toolbox.data.loader import BatchLoader
 from toolbox.nn.adapters import is_adapted, merged_state_dict
@@ -277,6 +278,7 @@ class GRPOTrainer(BaseTrainer):
         metrics: dict[str, float] = dict(self.score(rollout))
         metrics.update(rollout.metrics())
         reward_time = time.perf_counter() - t
+        self.bus.emit(Event.ROLLOUT_END, self, self.step + 1, rollout=rollout)
 
         t = time.perf_counter()
         self.model.train()

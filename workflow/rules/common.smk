@@ -82,15 +82,19 @@ def stage_input(name):
     for key, path in stage.deps.items():
         path = _snakemake_path(path)
         result[key] = _through_checkpoint(path) if key in from_compose else path
-    if name in stages.INIT_STAGES:
-        result["init_model"] = _init_model
+    if name in stages.INIT_STAGES or name in ("data", "agent", "publish"):
+        result["extra"] = _extra_deps(stage)
     return result
 
 
-def _init_model(wildcards):
-    """The trained model of the run this one starts from (its init_from), or nothing."""
-    start = stages.init_model(entry(wildcards.run))
-    return [start] if start else []
+def _extra_deps(stage):
+    """The stage's inputs for this run only (stages.extra_deps): the model of init_from, the
+    traces dataset of data_from_traces, the agent script, the agent's evaluation."""
+
+    def resolve(wildcards):
+        return stages.extra_deps(stage, wildcards.run, entry(wildcards.run))
+
+    return resolve
 
 
 def _through_checkpoint(path):

@@ -13,6 +13,7 @@
     curves/          train.json and eval.json: metrics.jsonl split by split, as JSON lists
                      (``dvc plots`` reads JSON, CSV and YAML, not JSON lines)
     plots/           the PNG curves of ``toolbox plot`` (copies)
+    <extra>          each ``--extra FILE`` (copy; e.g. agent_eval.json of a run with an agent)
 
 The folder is built beside the target and renamed into place, so it exists only when complete.
 Only the standard library is imported.
@@ -53,8 +54,10 @@ def split_curves(metrics: Path, out: Path) -> None:
         (out / f"{split}.json").write_text(json.dumps(records, indent=1) + "\n")
 
 
-def publish(config: Path, model: Path, eval_json: Path, metrics: Path, plots: Path, out: Path) -> Path:
-    for path in (config, model, eval_json, metrics, plots):
+def publish(
+    config: Path, model: Path, eval_json: Path, metrics: Path, plots: Path, out: Path, extra: tuple = ()
+) -> Path:
+    for path in (config, model, eval_json, metrics, plots, *extra):
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist: run the stage that writes it first")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +70,8 @@ def publish(config: Path, model: Path, eval_json: Path, metrics: Path, plots: Pa
     shutil.copyfile(metrics, tmp / "metrics.jsonl")
     split_curves(metrics, tmp / "curves")
     shutil.copytree(plots, tmp / "plots")
+    for path in extra:
+        shutil.copyfile(path, tmp / path.name)
     if out.exists() or out.is_symlink():
         shutil.rmtree(out)
     os.replace(tmp, out)
@@ -77,9 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for name in ("config", "model", "eval", "metrics", "plots", "out"):
         parser.add_argument(f"--{name}", required=True, type=Path)
+    parser.add_argument("--extra", action="append", default=[], type=Path, help="another file to copy in")
     a = parser.parse_args(argv)
     try:
-        out = publish(a.config, a.model, a.eval, a.metrics, a.plots, a.out)
+        out = publish(a.config, a.model, a.eval, a.metrics, a.plots, a.out, tuple(a.extra))
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,6 +19,12 @@ ASSISTANT = "assistant"
 class Chat(TokenizedFactory):
     """A list of {role, content} messages through ``apply_chat_template``; assistant turns scored.
 
+    Tool-calling conversations in TRL's format work too: assistant turns with ``tool_calls``,
+    ``role: tool`` replies, and the record's ``tools`` (a list or its JSON). They are rendered as
+    ``toolbox serve`` renders them (``toolbox.serving.tool_calls.template_messages``): passed to a
+    template that renders tools and calls itself, else written into the messages in the Hermes
+    form the served model answers in (``<tools>`` system message, ``<tool_call>`` content).
+
     The conversation is rendered one turn at a time and each new piece of text is tokenized on its
     own, as at generation time: the text the template adds for an assistant turn beyond its
     generation prompt (the reply and its end-of-turn marker, eos for the tokenizers trained here)
@@ -43,16 +49,21 @@ class Chat(TokenizedFactory):
             )
         self.field = field
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False) -> str:
+    def render(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = False, tools: Any = None
+    ) -> str:
+        from toolbox.serving.tool_calls import template_messages  # as toolbox serve renders them
+
+        messages, tools = template_messages(messages, tools, str(self.tokenizer.chat_template or ""))
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
         )
 
     def __call__(self, records: Sequence[Record]) -> list[Example]:
         self.start()
         examples = []
         for i, record in enumerate(records):
-            ids, mask, prompt_length = self.tokenize(self.messages(record, i), i)
+            ids, mask, prompt_length = self.tokenize(self.messages(record, i), i, _tools(record))
             if len(ids) > self.max_length:
                 self.num_skipped += 1
                 continue
@@ -67,7 +78,9 @@ class Chat(TokenizedFactory):
         self.report(len(records), "conversation")
         return examples
 
-    def tokenize(self, messages: list[dict[str, Any]], index: int) -> tuple[list[int], list[int], int]:
+    def tokenize(
+        self, messages: list[dict[str, Any]], index: int, tools: Any = None
+    ) -> tuple[list[int], list[int], int]:
         """(ids, completion mask, length of the prompt before the last assistant reply, or of all)."""
         ids: list[int] = []
         mask: list[int] = []
@@ -88,10 +101,10 @@ class Chat(TokenizedFactory):
 
         for k, message in enumerate(messages):
             if message["role"] == ASSISTANT:
-                done = extend(self.render(messages[:k], add_generation_prompt=True), 0)
+                done = extend(self.render(messages[:k], add_generation_prompt=True, tools=tools), 0)
                 prompt_length = len(ids)
-                done = extend(self.render(messages[: k + 1]), 1)
-        extend(self.render(messages), 0)
+                done = extend(self.render(messages[: k + 1], tools=tools), 1)
+        extend(self.render(messages, tools=tools), 0)
         return ids, mask, prompt_length or len(ids)
 
     def messages(self, record: Record, index: int) -> list[dict[str, Any]]:
@@ -100,14 +113,25 @@ class Chat(TokenizedFactory):
             isinstance(messages, list)
             and messages
             and all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                isinstance(m, dict)
+                and isinstance(m.get("role"), str)
+                and (isinstance(m.get("content"), str) or (m.get("content") is None and m.get("tool_calls")))
                 for m in messages
             )
         )
         if not ok:
             raise DataError(
                 f"record {index}: field '{self.field}' must be a non-empty list of "
-                f"{{'role': str, 'content': str}} messages (its keys: {', '.join(map(str, record))}); "
+                f"{{'role': str, 'content': str}} messages (an assistant turn may carry 'tool_calls' "
+                f"instead of content; its keys: {', '.join(map(str, record))}); "
                 "set data.dataset.field to the field holding them."
             )
         return messages
+
+
+def _tools(record: Record) -> Any:
+    """The record's ``tools`` (TRL's column: a list of function schemas, or that list as JSON)."""
+    import json
+
+    tools = record.get("tools")
+    return json.loads(tools) if isinstance(tools, str) else tools

@@ -2,6 +2,7 @@
 
 - ``arithmetic``: generated problems such as ``12+34=`` → ``46`` (disjoint train and test).
 - ``arithmetic_pairs``: the same problems as preference pairs, right answer vs a plausible wrong one.
+- ``arithmetic_tools``: word problems solved by a calculator tool call, as chat records (agents).
 - ``arithmetic_unpaired``: the same problems as unpaired KTO data, a right (label true) or a wrong
   (label false) answer each.
 - ``local``: jsonl / json / csv / parquet / arrow files or a ``datasets.save_to_disk`` folder.
@@ -14,6 +15,7 @@
 from toolbox.data.sources import (  # noqa: F401  (registers the sources)
     arithmetic,
     arithmetic_pairs,
+    arithmetic_tools,
     arithmetic_unpaired,
     blobs,
     gsm8k,

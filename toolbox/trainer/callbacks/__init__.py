@@ -7,6 +7,7 @@ from toolbox.trainer.callbacks import (  # noqa: F401 - imported to register
     memory,
     profiler,
     throughput,
+    tracing,
     wandb_logger,
 )
 from toolbox.trainer.callbacks.base import Callback

@@ -9,7 +9,8 @@ What a handler can rely on (``data: EventData``): ``data.trainer.step``, ``.max_
 ``.context`` (``run_dir``, ``is_main``, ``rank``), ``.model``, ``.tokenizer``, ``.cfg`` (the composed
 config), ``.request_stop(reason)``; ``data.metrics`` (STEP_END: loss, lr, grad_norm, num_tokens,
 step_time; EVAL_END: ``eval/...``), ``data.payload`` (CHECKPOINT_SAVED: ``path``; FIT_START:
-``resumed_from``; FIT_END: ``stopped_early``).
+``resumed_from``; FIT_END: ``stopped_early``; ROLLOUT_END, from RL trainers: ``rollout``, the
+round's scored ``TextRollout``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _METHODS = {
     Event.EVAL_END: "on_eval_end",
     Event.CHECKPOINT_SAVED: "on_checkpoint_saved",
     Event.FIT_END: "on_fit_end",
+    Event.ROLLOUT_END: "on_rollout_end",
 }
 
 
@@ -51,4 +53,7 @@ class Callback:
         pass
 
     def on_fit_end(self, data: EventData) -> None:
+        pass
+
+    def on_rollout_end(self, data: EventData) -> None:
         pass

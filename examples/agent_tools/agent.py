@@ -1,0 +1,239 @@
+"""The agent of examples/agent_tools: a trained model answers arithmetic word problems by calling a
+calculator tool through ``toolbox serve`` with the official ``openai`` client.
+
+    python examples/agent_tools/agent.py --model work/agent_base/train/model \
+        --traces work/agent_base/traces.sqlite --eval work/agent_base/agent_eval.json \
+        [--train-problems 400] [--eval-problems 100] [--before-model DIR]
+
+1. Training problems (none of them held out): ``toolbox serve --trace TRACES`` records every model
+   call; the agent records its own run (an ``agent`` span per problem, a ``tool_call`` span per
+   calculator call) into the same SQLite store and sends its trace context (``traceparent``), so
+   the server's model calls are children of its run. The verifiable reward (the last number of the
+   final answer equals the problem's answer) is the run's score ``correct``; ``tool_call_ok`` says
+   whether the first reply called the calculator with an expression of the right value.
+2. Held-out problems (the test split of the ``arithmetic_tools`` source the base model was trained
+   on), greedy, through a server without tracing: ``tool_call_success`` (first reply is a well-formed
+   calculator call of the right value) and ``answer_accuracy`` of the model, and of
+   ``--before-model`` (the model it started from) when given, into ``--eval`` (JSON).
+
+Servers listen on a free 127.0.0.1 port and are stopped by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+KEY = "sk-agent-tools-local-0123456789"
+NUMBER = re.compile(r"-?\d+")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``toolbox serve`` of a model folder in a subprocess (optionally with ``--trace``)."""
+
+    def __init__(self, model: str, trace: str | None, log: Path) -> None:
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "toolbox.cli", "serve", f"model={model}", "engine.num_threads=1",
+               "--served-model-name", "agent", "--port", str(self.port), "--api-key", KEY]  # fmt: skip
+        if trace:
+            cmd += ["--trace", trace]
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        import httpx
+
+        deadline = time.monotonic() + 300
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"toolbox serve exited with {self.proc.returncode}; see {log}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"toolbox serve did not become ready in 300 s; see {log}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def solve(
+    client,
+    problem: dict,
+    tracer=None,
+    session: str = "",
+    temperature: float = 0.0,
+    max_turns: int = 3,
+    max_tokens: int = 32,
+) -> dict:
+    """One agent run: ask, execute the calculator calls, until a reply without a call. A request the
+    server refuses (a conversation grown past the model's context) ends the run as not correct."""
+    import openai
+
+    from toolbox.data.sources.arithmetic_tools import TOOLS, calculate
+
+    def run(span) -> dict:
+        headers = {"X-Session-Id": session}
+        if span is not None:
+            headers["traceparent"] = f"00-{span.trace_id}-{span.id}-01"
+        messages = [{"role": "user", "content": problem["question"]}]
+        tool_ok, final = False, ""
+        for turn in range(max_turns):
+            try:
+                reply = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, max_tokens=max_tokens,
+                                                       temperature=temperature, extra_headers=headers)  # fmt: skip
+            except openai.BadRequestError as e:
+                final = ""
+                if span is not None:
+                    span.error = f"BadRequestError: {e.message}"
+                break
+            message = reply.choices[0].message
+            calls = message.tool_calls or []
+            if not calls:
+                final = message.content or ""
+                break
+            messages.append({"role": "assistant", "content": message.content or "",
+                             "tool_calls": [c.model_dump(exclude_none=True) for c in calls]})  # fmt: skip
+            for c in calls:
+                try:
+                    expression = str(json.loads(c.function.arguments).get("expression", ""))
+                except (ValueError, AttributeError):
+                    expression = ""
+                if tracer is not None:
+                    with tracer.span("tool_call", c.function.name, inputs={"expression": expression},
+                                     metadata={"tool_call_id": c.id}) as t:  # fmt: skip
+                        result = (
+                            calculate(expression)
+                            if c.function.name == "calculator"
+                            else "error: unknown tool"
+                        )
+                        t.outputs = result
+                else:
+                    result = (
+                        calculate(expression) if c.function.name == "calculator" else "error: unknown tool"
+                    )
+                if turn == 0 and c.function.name == "calculator" and result == problem["answer"]:
+                    tool_ok = True
+                messages.append({"role": "tool", "tool_call_id": c.id, "content": result})
+        numbers = NUMBER.findall(final)
+        correct = bool(numbers) and numbers[-1] == problem["answer"]
+        return {"correct": correct, "tool_call_ok": tool_ok, "final": final}
+
+    if tracer is None:
+        return run(None)
+    with tracer.span("agent", "solve", session_id=session, inputs={"question": problem["question"]},
+                     metadata={"answer": problem["answer"]}) as span:  # fmt: skip
+        out = run(span)
+        span.outputs = out["final"]
+    tracer.score(span.id, "correct", out["correct"], source="reward")
+    tracer.score(span.id, "tool_call_ok", out["tool_call_ok"], source="reward")
+    return out
+
+
+def run_all(
+    base_url: str, problems: list[dict], tracer=None, temperature: float = 0.0, prefix: str = "p"
+) -> list[dict]:
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=2, timeout=300)
+    with ThreadPoolExecutor(4) as pool:  # the engine batches concurrent requests
+        futures = [
+            pool.submit(solve, client, p, tracer, f"{prefix}{i}", temperature) for i, p in enumerate(problems)
+        ]
+        return [f.result() for f in futures]
+
+
+def metrics(results: list[dict]) -> dict:
+    n = max(len(results), 1)
+    return {
+        "problems": len(results),
+        "tool_call_success": sum(r["tool_call_ok"] for r in results) / n,
+        "answer_accuracy": sum(r["correct"] for r in results) / n,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--traces", required=True, help="the SQLite trace store to write")
+    p.add_argument("--eval", required=True, help="the metrics JSON to write")
+    p.add_argument("--before-model", help="also evaluate this model (the one this run started from)")
+    p.add_argument("--train-problems", type=int, default=400)
+    p.add_argument("--eval-problems", type=int, default=100)
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling of the training runs")
+    p.add_argument("--digits", type=int, default=3)
+    p.add_argument("--seed", type=int, default=1, help="draw of the training problems")
+    a = p.parse_args(argv)
+
+    from toolbox.core.atomic import atomic_write_text
+    from toolbox.data.sources.arithmetic_tools import arithmetic_tools, draw
+    from toolbox.tracing import Tracer
+
+    held_out = [
+        {k: r[k] for k in ("question", "expression", "answer")}
+        for r in arithmetic_tools(digits=a.digits).test
+    ]
+    held_out = held_out[: a.eval_problems]
+    questions = {q["question"] for q in held_out}
+    train = [
+        q
+        for q in draw(a.train_problems + len(held_out), 0, a.digits, a.seed)[0]
+        if q["question"] not in questions
+    ]
+    train = train[: a.train_problems]
+    traces = Path(a.traces)
+    traces.parent.mkdir(parents=True, exist_ok=True)
+    for stale in traces.parent.glob(traces.name + "*"):
+        stale.unlink()
+    log = traces.with_suffix(".serve.log")
+    out: dict = {"model": a.model}
+    start = time.perf_counter()
+    tracer = Tracer(traces, flush_every=32)  # the agent's runs, beside the server's model calls
+    server = Server(a.model, str(traces), log)
+    try:
+        results = run_all(server.base_url, train, tracer, a.temperature)
+    finally:
+        tracer.close()
+        server.stop()
+    out["train_runs"] = metrics(results)
+    for name, model in (("after", a.model), ("before", a.before_model)):
+        if not model:
+            continue
+        server = Server(model, None, log)
+        try:
+            out[name] = metrics(run_all(server.base_url, held_out, prefix="eval"))
+        finally:
+            server.stop()
+    out["minutes"] = round((time.perf_counter() - start) / 60, 2)
+    atomic_write_text(a.eval, json.dumps(out, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

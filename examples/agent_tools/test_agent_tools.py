@@ -1,0 +1,76 @@
+"""examples/agent_tools: the word-problem source, the calculator, and one agent run against a
+scripted client (the loop through a real `toolbox serve` is the workflow's agent stage)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from toolbox.data.sources.arithmetic_tools import arithmetic_tools, calculate
+from toolbox.tracing import MemoryStore, Tracer
+
+HERE = Path(__file__).parent
+spec = importlib.util.spec_from_file_location("agent_tools_agent", HERE / "agent.py")
+agent = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(agent)
+
+
+def test_calculator_and_disjoint_splits():
+    assert [calculate(e) for e in ("412+75", "9-12", "-3*4", "7 * 8")] == ["487", "-3", "-12", "56"]
+    assert calculate("2**8").startswith("error")
+    s = arithmetic_tools(num_train=300, num_test=50)
+    assert not {r["question"] for r in s.train} & {r["question"] for r in s.test}
+    r = s.train[0]
+    call = r["messages"][1]["tool_calls"][0]
+    assert (
+        calculate(json.loads(call["function"]["arguments"])["expression"])
+        == r["answer"]
+        == r["messages"][2]["content"]
+    )
+    expected = {"name": "calculator", "arguments": {"expression": r["expression"]}}
+    assert r["tool_call_text"] == "<tool_call>" + json.dumps(expected, separators=(",", ":")) + "</tool_call>"
+
+
+class ScriptedClient:
+    """Answers like a served model: first a calculator call, then the tool's result as the answer."""
+
+    def __init__(self, expression: str) -> None:
+        self.expression, self.requests = expression, []
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def create(self, **request):
+        self.requests.append(request)
+        if request["messages"][-1]["role"] == "user":
+            call = SimpleNamespace(id="call_1", function=SimpleNamespace(name="calculator", arguments=json.dumps({"expression": self.expression})),
+                                   model_dump=lambda **_: {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": self.expression})}})  # fmt: skip
+            message = SimpleNamespace(content=None, tool_calls=[call])
+        else:
+            message = SimpleNamespace(
+                content=f"The answer is {request['messages'][-1]['content']}.", tool_calls=None
+            )
+        return SimpleNamespace(choices=[SimpleNamespace(message=message)])
+
+
+def test_an_agent_run_is_traced_and_scored_by_its_verifiable_reward():
+    problem = {
+        "question": "Tom has 12 coins and finds 30 more. How many coins does he have?",
+        "expression": "12+30",
+        "answer": "42",
+    }
+    store = MemoryStore()
+    tracer = Tracer(store, flush_every=1)
+    client = ScriptedClient("12+30")
+    out = agent.solve(client, problem, tracer, session="p0")
+    assert out == {"correct": True, "tool_call_ok": True, "final": "The answer is 42."}
+    run = next(r for r in store.records if r.kind == "agent")
+    tool = next(r for r in store.records if r.kind == "tool_call")
+    assert tool.parent_id == run.id and tool.outputs == "42"
+    assert run.score("correct").value is True and run.score("tool_call_ok").value is True
+    headers = client.requests[0]["extra_headers"]
+    assert headers["traceparent"] == f"00-{run.trace_id}-{run.id}-01" and headers["X-Session-Id"] == "p0"
+    assert client.requests[1]["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+
+    wrong = agent.solve(ScriptedClient("12*30"), problem, tracer, session="p1")
+    assert wrong["correct"] is False and wrong["tool_call_ok"] is False

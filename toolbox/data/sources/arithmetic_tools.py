@@ -1,0 +1,136 @@
+"""Generated arithmetic word problems solved by calling a calculator tool, as chat records.
+
+Each record is a conversation in the OpenAI chat format TRL's SFTTrainer and ``toolbox serve`` speak,
+with the ``tools`` it may call::
+
+    user       "A shop has 412 apples and gets 75 more. How many apples does it have now?"
+    assistant  tool_calls: calculator({"expression": "412+75"})
+    tool       "487"
+    assistant  "The answer is 487."
+
+plus ``question``, ``expression``, ``answer`` and ``tool_call_text`` (the call as a served model
+writes it, ``<tool_call>{...}</tool_call>``) (the verifiable reward of examples/agent_tools
+compares the last number of the final reply with ``answer``). Operands have up to ``digits``
+digits, so a small model cannot do the sum itself: it must call the tool with the right expression
+and copy the result. Train and test problems are drawn without replacement from every (template, a,
+b), so none is in both splits.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from toolbox.core.errors import ConfigError
+from toolbox.core.registries import SOURCES
+from toolbox.data.base import Record, Splits
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "a+b, a-b or a*b of two integers",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+# (question with {a} and {b}, operator)
+TEMPLATES: tuple[tuple[str, str], ...] = (
+    ("A shop has {a} apples and gets {b} more. How many apples does it have now?", "+"),
+    ("Tom has {a} coins and finds {b} more. How many coins does he have?", "+"),
+    ("A box holds {a} pens. {b} are taken out. How many pens are left?", "-"),
+    ("A train carries {a} people and {b} get off. How many are still on the train?", "-"),
+    ("There are {a} bags with {b} marbles in each. How many marbles are there in all?", "*"),
+    ("A farm has {a} rows of {b} trees. How many trees does it have?", "*"),
+)
+
+
+def calculate(expression: str) -> str:
+    """The calculator tool: ``a<op>b`` with integers and one of + - *; an error text otherwise."""
+    text = expression.replace(" ", "")
+    for op in "+*-":
+        head, sep, tail = text[1:].partition(op)  # text[1:]: a leading minus is a sign
+        if sep:
+            try:
+                a, b = int(text[0] + head), int(tail)
+            except ValueError:
+                break
+            return str(a + b if op == "+" else a - b if op == "-" else a * b)
+    return f"error: cannot evaluate {expression!r}; write two integers with + - or *"
+
+
+def problem(index: int, size: int) -> dict[str, Any]:
+    """Problem number ``index`` of the (template, a, b) grid with operands below ``size``."""
+    t, rest = divmod(index, size * size)
+    a, b = divmod(rest, size)
+    question, op = TEMPLATES[t]
+    if op == "-" and b > a:
+        a, b = b, a
+    expression = f"{a}{op}{b}"
+    return {"question": question.format(a=a, b=b), "expression": expression, "answer": calculate(expression)}
+
+
+def conversation(p: dict[str, Any], call_id: str) -> list[dict[str, Any]]:
+    """The solved conversation of a problem: question, tool call, tool result, answer."""
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": p["expression"]})},
+    }
+    return [
+        {"role": "user", "content": p["question"]},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": p["answer"]},
+        {"role": "assistant", "content": f"The answer is {p['answer']}."},
+    ]
+
+
+def draw(num_train: int, num_test: int, digits: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """Disjoint train and test problems (the draw depends only on the settings)."""
+    size = 10**digits
+    total = len(TEMPLATES) * size * size
+    if num_train + num_test > total:
+        raise ConfigError(
+            f"data.source: {num_train} + {num_test} problems asked, but {digits}-digit operands give only "
+            f"{total}; lower num_train/num_test or raise digits."
+        )
+    drawn = random.Random(seed).sample(range(total), num_train + num_test)
+    problems = [problem(i, size) for i in drawn]
+    return problems[num_test:], problems[:num_test]
+
+
+@SOURCES.register("arithmetic_tools")
+def arithmetic_tools(num_train: int = 2000, num_test: int = 200, digits: int = 3, seed: int = 0) -> Splits:
+    """Word problems solved with a calculator tool call, as chat records {messages, tools, question,
+    expression, answer}.
+
+    Args:
+        num_train: training conversations.
+        num_test: held-out conversations (no problem in both splits).
+        digits: the most digits an operand has.
+        seed: seed of the draw.
+    """
+    if digits < 1 or num_train < 1 or num_test < 0:
+        raise ConfigError(
+            f"data.source: digits={digits}, num_train={num_train}, num_test={num_test}; need >= 1, >= 1, >= 0."
+        )
+    train, test = draw(num_train, num_test, digits, seed)
+    tools = json.dumps(TOOLS)
+
+    from toolbox.serving.tool_calls import render_call
+
+    def record(p: dict[str, Any], i: int) -> Record:
+        # tool_call_text: the call as the served model writes it (its characters are in the corpus
+        # a char tokenizer is built from)
+        call = render_call("calculator", json.dumps({"expression": p["expression"]}))
+        return {"messages": conversation(p, f"call_{i}"), "tools": tools, "tool_call_text": call, **p}
+
+    return Splits(
+        train=[record(p, i) for i, p in enumerate(train)], test=[record(p, i) for i, p in enumerate(test)]
+    )
