@@ -14,6 +14,7 @@ include: "workflow/rules/compose.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/check.smk"
 include: "workflow/rules/plot.smk"
 # traces -> dataset and serve + bench: include their rule files here (workflow/stages.py explains)
 include: "workflow/rules/serve_bench.smk"

@@ -23,6 +23,7 @@ call, dry runs included.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ PATHS = {
     "checkpoints": "work/{run}/train/checkpoints",
     "resume_key": "work/{run}/train/checkpoints.config.yaml",
     "eval": "work/{run}/eval.json",
+    "check": "work/{run}/check.json",
     "bench": "work/{run}/bench.json",
     "plots": "work/{run}/plots",
     "results": "results/{run}",
@@ -175,10 +177,17 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "eval",
-        "toolbox eval --config {eval_cfg} --data {data} --model {model} --out {eval}",
+        "toolbox eval --config {eval_cfg} --data {data} --model {model}{before} --out {eval}",
         deps={"config": PATHS["eval_cfg"], "data": PATHS["data"], "model": PATHS["model"]},
         outs={"eval": Out(PATHS["eval"], metrics=True)},
-        doc="eval.json",
+        doc="eval.json (a run with init_from: also before/<metric> of the model it starts from, and gain/<metric>)",
+    ),
+    Stage(
+        "check",
+        "toolbox check --eval {eval} --expect {expect} --run {run} --out {check}",
+        deps={"eval": PATHS["eval"]},
+        outs={"check": Out(PATHS["check"], metrics=True)},
+        doc="check.json: the run's expect: against eval.json; fails with a table of expected vs got",
     ),
     Stage(
         "plot",
@@ -197,18 +206,19 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "publish",
-        "python {publisher} --config {full_cfg} --model {model} --eval {eval} --metrics {metrics} "
-        "--plots {plots} --out {results}",
+        "python {publisher} --config {full_cfg} --model {model} --eval {eval} --check {check} "
+        "--metrics {metrics} --plots {plots} --out {results}",
         deps={
             "config": PATHS["full_cfg"],
             "model": PATHS["model"],
             "eval": PATHS["eval"],
+            "check": PATHS["check"],
             "metrics": PATHS["metrics"],
             "plots": PATHS["plots"],
             "publisher": PUBLISHER,
         },
         outs={"results": Out(PATHS["results"], directory=True)},
-        doc="results/<run>/: config.yaml, model/ (links), eval.json, metrics.jsonl, curves/, plots/",
+        doc="results/<run>/: config.yaml, model/ (links), eval.json, check.json, metrics.jsonl, curves/, plots/",
     ),
 )
 BY_NAME = {s.name: s for s in STAGES}
@@ -236,9 +246,9 @@ def run_entry(runs: dict[str, Any], run: str) -> dict[str, Any]:
 
 # A run with ``init_from: <other run>`` starts from the other run's trained model and tokenizer
 # (GRPO after SFT): its composed config points model.path and tokenizer.path at that model, and these
-# stages read it (data saves its tokenizer, train loads its weights), so they wait for the other
-# run's train stage and rerun when its model changes.
-INIT_STAGES = ("data", "train")
+# stages read it (data saves its tokenizer, train loads its weights, eval scores it as "before"), so
+# they wait for the other run's train stage and rerun when its model changes.
+INIT_STAGES = ("data", "train", "eval")
 
 
 def init_model(entry: dict[str, Any] | None) -> str | None:
@@ -290,6 +300,10 @@ def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
     }
     if entry is not None and run is not None:
         values["overrides"] = " ".join(shlex.quote(o) for o in overrides(run, entry))
+        values["expect"] = shlex.quote(json.dumps(entry.get("expect") or {}, sort_keys=True))
+        values["run"] = run
+        start = init_model(entry)
+        values["before"] = f" --before {start}" if start else ""
     return values
 
 
@@ -405,7 +419,6 @@ def fingerprint(runs: dict[str, Any]) -> str:
     """What dvc.yaml is made from (the runs and this file), hashed: the Snakefile compares it with
     dvc.yaml's first line on every call, which costs far less than writing dvc.yaml anew."""
     import hashlib
-    import json
 
     h = hashlib.sha256(json.dumps(runs, sort_keys=True, default=str).encode())
     h.update(Path(__file__).read_bytes())
