@@ -378,10 +378,15 @@ def test_tiny_run_end_to_end_and_exact_reruns(workflow_copy: Workflow) -> None:
     assert "Nothing to be done" in again.stdout + again.stderr
     assert wf.ran(again.stdout + again.stderr) == set()
 
-    # an eval-only change: compose, then only eval, check and publish
+    # an eval-only change: toolbox plan (which composes first) says only eval, check and publish
+    # will run, and they alone do
     _set_override(wf, "eval.exact_match.max_examples", "8")
+    planned = wf.run(tool("toolbox"), "plan", f"results/{TINY_RUN}/").stdout
+    assert {line.split(" | ")[1] for line in planned.splitlines()[2:]} == {"eval", "check", "publish"}, (
+        planned
+    )
     res = wf.snakemake("-c2", f"results/{TINY_RUN}/")
-    assert wf.ran(res.stdout + res.stderr) == {"compose", "eval", "check", "publish"}
+    assert wf.ran(res.stdout + res.stderr) == {"eval", "check", "publish"}
     assert "model.safetensors" in {p.name for p in (results / "model").iterdir()}
 
     # an expectation the run does not reach: only check reruns, and fails the pipeline with the table

@@ -6,6 +6,7 @@ the result tables generated from those files.
     toolbox report --md report.md --html report.html               # every run of config/config.yaml
     toolbox matrix --name demo --stage experiment=demo --out work/matrix/demo --expect-run demo
     toolbox report --matrix work/matrix/demo --into examples/sft_arith/README.md --block demo-matrix
+    toolbox plan results/demo/                                      # what snakemake will recompute, and why
 """
 
 from __future__ import annotations
@@ -104,6 +105,23 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    import yaml
+
+    from toolbox.core.errors import ConfigError
+    from toolbox.results.plan import markdown, plan
+
+    root = Path(args.root)
+    config = root / "config" / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(
+            f"toolbox plan: {config} does not exist; run it from the workflow's folder (--root)."
+        )
+    runs = sorted((yaml.safe_load(config.read_text()) or {}).get("runs") or {})
+    print(markdown(plan(root, args.targets, runs)), end="")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check", help="compare a run's eval JSON with what it declares (expect:); exit 1 if it falls short"
@@ -154,3 +172,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expect-run", help="take the expectation of this run of --config")
     p.add_argument("--config", default="config/config.yaml", help="the workflow's runs (for --expect-run)")
     p.set_defaults(fn=cmd_matrix)
+
+    p = sub.add_parser(
+        "plan",
+        help="what `snakemake` will recompute, per stage and run, and why (exact, unlike snakemake -n)",
+    )
+    p.add_argument("targets", nargs="*", help="Snakemake targets (default: the default target)")
+    p.add_argument("--root", default=".", help="the workflow's folder (default: here)")
+    p.set_defaults(fn=cmd_plan)
