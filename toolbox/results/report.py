@@ -162,7 +162,8 @@ def matrix_tables(folder: Path) -> list[Table]:
             rows = check({metric: 0.0}, {k: v for k, v in expect.items() if k == metric})
             cells.append(rows[0].expected if rows else "–")
         spread.rows.append(cells)
-    command = runs[0][0].get("command")
+    commands = {s.get("command") for s, _ in runs}
+    command = commands.pop() if len(commands) == 1 else None
     if expect:
         spread.note = f"{len(runs) - failures} of {len(runs)} runs meet the expectation."
     if command:
