@@ -9,6 +9,9 @@
 # definitions (python workflow/stages.py dvc). See docs/workflow.md.
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/compose.smk"
 include: "workflow/rules/data.smk"

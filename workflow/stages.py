@@ -57,6 +57,7 @@ PATHS = {
     "resume_key": "work/{run}/train/checkpoints.config.yaml",
     "eval": "work/{run}/eval.json",
     "check": "work/{run}/check.json",
+    "check_html": "work/{run}/check.html",
     "bench": "work/{run}/bench.json",
     "plots": "work/{run}/plots",
     "results": "results/{run}",
@@ -80,6 +81,7 @@ class Out:
             Later rules reach such a file through the stage's first Snakemake output.
         persist: DVC keeps it when the stage reruns (``persist: true``).
         metrics: a DVC metrics file (``dvc metrics show``).
+        report: the category it appears under in ``snakemake --report`` (a folder: its PNGs).
     """
 
     path: str
@@ -87,6 +89,7 @@ class Out:
     snakemake: bool = True
     persist: bool = False
     metrics: bool = False
+    report: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,16 +187,19 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "check",
-        "toolbox check --eval {eval} --expect {expect} --run {run} --out {check}",
+        "toolbox check --eval {eval} --expect {expect} --run {run} --out {check} --html {check_html}",
         deps={"eval": PATHS["eval"]},
-        outs={"check": Out(PATHS["check"], metrics=True)},
+        outs={
+            "check": Out(PATHS["check"], metrics=True),
+            "table": Out(PATHS["check_html"], report="evaluation"),
+        },
         doc="check.json: the run's expect: against eval.json; fails with a table of expected vs got",
     ),
     Stage(
         "plot",
         "toolbox plot {run_dir} --out {plots}",
         deps={"metrics": PATHS["metrics"]},
-        outs={"plots": Out(PATHS["plots"], directory=True)},
+        outs={"plots": Out(PATHS["plots"], directory=True, report="curves")},
         doc="PNG curves of metrics.jsonl",
     ),
     # traces -> dataset stages go here (see the module docstring)
@@ -410,9 +416,43 @@ def dvc_stages(runs: dict[str, Any]) -> dict[str, Any]:
     plots = []
     for run in sorted(runs):
         curves = f"{PATHS['results'].format(run=run)}/curves"
-        plots.append({f"{run}-train-loss": {"x": "step", "y": {f"{curves}/train.json": "loss"}}})
-        plots.append({f"{run}-eval-loss": {"x": "step", "y": {f"{curves}/eval.json": "eval/loss"}}})
+        train = TRAIN_CURVE.get(trainer_name(runs[run]), "loss")
+        plots.append({f"{run}-train-{train}": {"x": "step", "y": {f"{curves}/train.json": train}}})
+        for metric in ("eval/token_accuracy", "eval/loss"):
+            name = f"{run}-eval-{metric.removeprefix('eval/')}"
+            plots.append({name: {"x": "step", "y": {f"{curves}/eval.json": metric}}})
     return {"stages": stages, "plots": plots}
+
+
+# The training curve DVC plots per trainer: a GRPO run's loss is ~1e-9 at every step (a
+# group-normalised advantage sums to zero), its reward is what moves. The in-training evaluation of
+# every workflow run is the default perplexity evaluator: eval/loss and eval/token_accuracy.
+TRAIN_CURVE = {"grpo": "reward"}
+
+
+def trainer_name(entry: dict[str, Any]) -> str:
+    """The trainer a run selects: a ``trainer=`` override, else its experiment file's (following
+    the experiments it extends), else the default ``supervised``. Reads the YAML files only."""
+    for override in reversed(entry.get("overrides") or []):
+        if str(override).startswith("trainer="):
+            return str(override).split("=", 1)[1]
+    import yaml
+
+    experiment, seen = entry.get("experiment"), set()
+    while experiment and experiment not in seen:
+        seen.add(experiment)
+        path = REPO / CONFIG_TREE / "experiment" / f"{experiment}.yaml"
+        if not path.is_file():
+            break
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+        parent = None
+        for item in defaults:
+            if isinstance(item, dict) and "override /trainer" in item:
+                return str(item["override /trainer"])
+            if isinstance(item, str) and item != "_self_":
+                parent = item
+        experiment = parent
+    return "supervised"
 
 
 def fingerprint(runs: dict[str, Any]) -> str:

@@ -44,6 +44,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         return 1
     record = {"run": args.run, "eval": str(path), "passed": True, "rows": [r.as_dict() for r in rows]}
+    if args.html:
+        from toolbox.results.report import check_page
+
+        atomic_write_text(Path(args.html), check_page(args.run or path.parent.name, metrics, expect))
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(table if rows else f"run {args.run or path}: no expectations declared\n", end="")
@@ -51,7 +55,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from toolbox.results import dvc_plots
     from toolbox.results.report import write_report
+
+    if args.dvc_template:
+        print(dvc_plots.write_template(Path(args.dvc_template)))
+    if args.dvc_plots:
+        print(dvc_plots.show(Path(args.root), Path(args.dvc_plots)))
+    if (args.dvc_template or args.dvc_plots) and not (args.md or args.html or args.into or args.matrix):
+        return 0
 
     for path in write_report(
         config=Path(args.config),
@@ -132,6 +144,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--run", help="the run's name (for the messages and the table)")
     p.add_argument("--out", help="write the checked rows as JSON here when every expectation holds")
+    p.add_argument("--html", help="and the table (with every eval metric) as an HTML page here")
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("report", help="result tables (Markdown, HTML) generated from the runs' eval JSON")
@@ -150,6 +163,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--block", default="results", help="the block's name: <!-- report:NAME --> ... <!-- /report:NAME -->"
     )
     p.add_argument("--title", default="Results", help="the HTML page's title")
+    p.add_argument(
+        "--dvc-plots",
+        metavar="DIR",
+        help="also `dvc plots show` into DIR with vega inlined (renders offline)",
+    )
+    p.add_argument(
+        "--dvc-template", metavar="FILE", help="write DVC's HTML template with vega inlined (--html-template)"
+    )
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser(

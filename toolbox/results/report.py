@@ -98,25 +98,41 @@ def runs_table(config: Path, root: Path) -> Table:
             table.rows.append([run, "–", "–", "not run yet", "–", "–", "–"])
             continue
         metrics = json.loads(path.read_text())
-        rows = check(metrics, entry.get("expect"), where=f"runs.{run}.expect")
-        checked = {r.metric: r for r in rows}
-        shown = [m for m in ("eval/exact_match", "eval/accuracy", "eval/loss") if m in metrics]
-        shown += [r.metric for r in rows if r.metric not in shown]
-        for metric in shown:
-            r: Row | None = checked.get(metric)
-            base = metric.removeprefix(GAIN)
-            table.rows.append(
-                [
-                    run,
-                    metric,
-                    fmt(metrics.get(BEFORE + base)) if not metric.startswith(GAIN) else "–",
-                    fmt(metrics.get(metric)),
-                    r.expected if r else "–",
-                    ("yes" if r.passed else "**NO**") if r else "–",
-                    str(path.relative_to(root)) if path.is_relative_to(root) else str(path),
-                ]
-            )
+        source = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        table.rows += [[*r, source] for r in run_rows(run, metrics, entry.get("expect"))]
     return table
+
+
+def run_rows(run: str, metrics: dict[str, Any], expect: Any) -> list[list[str]]:
+    """[run, metric, before, got, expected, holds] for a run's headline metrics and every metric it
+    declares an expectation on."""
+    rows = check(metrics, expect, where=f"runs.{run}.expect")
+    checked = {r.metric: r for r in rows}
+    shown = [m for m in ("eval/exact_match", "eval/accuracy", "eval/loss") if m in metrics]
+    shown += [r.metric for r in rows if r.metric not in shown]
+    out = []
+    for metric in shown:
+        r: Row | None = checked.get(metric)
+        base = metric.removeprefix(GAIN)
+        out.append(
+            [
+                run,
+                metric,
+                fmt(metrics.get(BEFORE + base)) if not metric.startswith(GAIN) else "–",
+                fmt(metrics.get(metric)),
+                r.expected if r else "–",
+                ("yes" if r.passed else "**NO**") if r else "–",
+            ]
+        )
+    return out
+
+
+def check_page(run: str, metrics: dict[str, Any], expect: Any) -> str:
+    """The check stage's HTML page (for the Snakemake report): the run's table and every metric."""
+    table = Table(f"{run}: expected vs got", ["run", "metric", "before", "got", "expected", "holds"])
+    table.rows = run_rows(run, metrics, expect)
+    every = Table(f"{run}: eval.json", ["metric", "value"], [[k, fmt(v)] for k, v in sorted(metrics.items())])
+    return html_page(f"{run}: evaluation", [table, every])
 
 
 # -- perturbation matrices ------------------------------------------------------------------------
