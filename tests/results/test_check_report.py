@@ -193,3 +193,39 @@ def test_report_of_the_runs_shows_before_after_and_expectations(tmp_path: Path) 
     assert "| sft | – | – | not run yet | – | – | – |" in text
     assert "| rl | eval/exact_match | 0.6 | 0.97 | >= 0.95 | yes | results/rl/eval.json |" in text
     assert "| rl | gain/eval/exact_match | – | 0.37 | >= 0.1 | yes | results/rl/eval.json |" in text
+
+
+def test_dvc_template_inlines_vega_and_loads_nothing_from_a_cdn() -> None:
+    from toolbox.results.dvc_plots import offline_template
+
+    page = offline_template()
+    assert "<script src" not in page and "cdn.jsdelivr" not in page
+    assert page.count("{plot_divs}") == 1 and "{scripts}" not in page
+    assert 'version$1 = "5.21.0"' in page and 'version$1 = "6.20.8"' in page  # vega, vega-embed
+
+
+def test_check_writes_an_html_table_for_the_snakemake_report(tmp_path: Path) -> None:
+    (tmp_path / "eval.json").write_text(json.dumps({"eval/exact_match": 0.9, "before/eval/exact_match": 0.6}))
+    page = tmp_path / "check.html"
+    expect = json.dumps({"eval/exact_match": {"min": 0.8}})
+    assert (
+        main(
+            [
+                "check",
+                "--eval",
+                str(tmp_path / "eval.json"),
+                "--expect",
+                expect,
+                "--run",
+                "rl",
+                "--html",
+                str(page),
+            ]
+        )
+        == 0
+    )
+    text = page.read_text()
+    assert (
+        "<td>rl</td><td>eval/exact_match</td><td>0.6</td><td>0.9</td><td>&gt;= 0.8</td><td>yes</td>" in text
+    )
+    assert "<script" not in text

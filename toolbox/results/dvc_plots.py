@@ -25,14 +25,14 @@ SCRIPTS = ("vega/vega.js", "vega-lite/vega-lite.js", "vega-embed/vega-embed.js")
 PAGE = """<!DOCTYPE html>
 <html>
 <head>
-    {{refresh_tag}}
+    {refresh_tag}
     <meta charset="utf-8">
     <title>DVC Plot</title>
     {scripts}
-    <style>table {{ border-spacing: 15px; }}</style>
+    <style>table { border-spacing: 15px; }</style>
 </head>
 <body>
-    {{plot_divs}}
+    {plot_divs}
 </body>
 </html>
 """
@@ -59,7 +59,7 @@ def offline_template() -> str:
     for placeholder in ("{plot_divs}", "{refresh_tag}", "{scripts}"):
         if placeholder in scripts:
             raise ToolboxError(f"a vendored script contains DVC's placeholder {placeholder}")
-    return PAGE.replace("{scripts}", scripts).replace("{{", "{").replace("}}", "}")
+    return PAGE.replace("{scripts}", scripts, 1)
 
 
 def write_template(path: Path) -> Path:
