@@ -13,6 +13,7 @@ the metadata Snakemake finds every output up to date. Unpacked in a new folder::
     snakemake -n results/demo/                  # what would run
     dvc repro                                   # reproduces (nothing, with --with-data and dvc.lock)
     snakemake -c2 results/demo/                 # nothing either, for a run Snakemake built
+    snakemake -c1 --touch results/demo/         # once, for outputs DVC built (no Snakemake record)
 
 ``snakemake --archive`` does the same for Snakemake alone but needs conda on the machine.
 """
