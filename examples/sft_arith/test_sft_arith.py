@@ -68,7 +68,7 @@ def test_demo_perturbation_matrix_meets_its_declared_expectation(tmp_path):
     assert expect == {"eval/exact_match": {"min": 0.95}}
     points = run_matrix(
         "demo",
-        [["experiment=demo", "callbacks=none"]],
+        [["experiment=demo"]],
         tmp_path,
         parse_seeds("0-4"),
         ["lean", "exact"],

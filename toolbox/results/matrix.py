@@ -59,13 +59,18 @@ def _toolbox() -> list[str]:
     return [sys.executable, "-m", "toolbox.cli"]
 
 
-def _run(cmd: list[str], log: Path) -> None:
+def _run(cmd: list[str], log: Path) -> float:
+    """Run ``cmd`` with its output appended to ``log``; return the CPU seconds it used (user +
+    system, its own rusage): on a shared machine, a better measure of its cost than wall time."""
     with open(log, "a") as f:
         f.write("$ " + shlex.join(cmd) + "\n")
         f.flush()
-        res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
-    if res.returncode != 0:
-        raise ToolboxError(f"{shlex.join(cmd)} exited {res.returncode}; see {log}")
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise ToolboxError(f"{shlex.join(cmd)} exited {proc.returncode}; see {log}")
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_point(point: Point, stages: list[list[str]], out: Path, nice: int) -> dict[str, Any]:
@@ -77,7 +82,7 @@ def run_point(point: Point, stages: list[list[str]], out: Path, nice: int) -> di
     start = time.perf_counter()
     load = os.getloadavg()[0]
     previous: Path | None = None
-    minutes = []
+    minutes, cpu = [], []
     for i, overrides in enumerate(stages):
         run_dir = folder / f"stage{i}"
         init = (
@@ -91,9 +96,9 @@ def run_point(point: Point, stages: list[list[str]], out: Path, nice: int) -> di
             else []
         )
         forward = [f"trainer.forward={point.forward}"] if not previous else []
-        t = time.perf_counter()
+        t, used = time.perf_counter(), 0.0
         if not (run_dir / "model" / "config.json").is_file():
-            _run(
+            used = _run(
                 [
                     *prefix,
                     *_toolbox(),
@@ -109,12 +114,14 @@ def run_point(point: Point, stages: list[list[str]], out: Path, nice: int) -> di
                 log,
             )
         minutes.append(round((time.perf_counter() - t) / 60, 2))
+        cpu.append(round(used / 60, 2))
         last, previous = run_dir, run_dir / "model"
     before = ["--before", str(folder / f"stage{len(stages) - 2}" / "model")] if len(stages) > 1 else []
     _run([*prefix, *_toolbox(), "eval", "--run", str(last), *before, "--out", str(folder / "eval.json")], log)
     return {
         "minutes": round((time.perf_counter() - start) / 60, 2),
         "train_minutes": minutes,
+        "train_cpu_minutes": cpu,
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
     }
