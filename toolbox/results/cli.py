@@ -74,6 +74,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         into=Path(args.into) if args.into else None,
         block=args.block,
         title=args.title,
+        expect_run=args.expect_run,
     ):
         print(path)
     return 0
@@ -163,6 +164,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--block", default="results", help="the block's name: <!-- report:NAME --> ... <!-- /report:NAME -->"
     )
     p.add_argument("--title", default="Results", help="the HTML page's title")
+    p.add_argument("--expect-run", help="check a --matrix against this run's expect: in --config")
     p.add_argument(
         "--dvc-plots",
         metavar="DIR",

@@ -151,13 +151,14 @@ def matrix_runs(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
-def matrix_tables(folder: Path) -> list[Table]:
+def matrix_tables(folder: Path, expect: Any = None) -> list[Table]:
+    """The spread and the per-run table of a matrix; ``expect`` (else each point's own) is checked."""
     runs = matrix_runs(folder)
     settings = [k for k in runs[0][0] if k not in ("name", "expect", "command")]
     metrics = sorted({k for _, m in runs for k, v in m.items() if isinstance(v, int | float)})
     metrics = [m for m in metrics if m.startswith(("eval/", BEFORE, GAIN))]
     name = runs[0][0].get("name", folder.name)
-    expect = runs[0][0].get("expect")
+    expect = expect or runs[0][0].get("expect")
     per_run = Table(f"{name}: every run ({len(runs)})", [*settings, *metrics] + (["holds"] if expect else []))
     failures = 0
     for s, m in runs:
@@ -221,9 +222,23 @@ def write_report(
     into: Path | None = None,
     block: str = "results",
     title: str = "Results",
+    expect_run: str | None = None,
 ) -> list[Path]:
-    """Build the tables (the matrices given, else the runs of ``config``) and write them."""
-    tables = [t for folder in matrix for t in matrix_tables(folder)] if matrix else [runs_table(config, root)]
+    """Build the tables (the matrices given, else the runs of ``config``) and write them; with
+    ``expect_run`` a matrix is checked against that run's ``expect:`` in ``config``."""
+    expect = None
+    if expect_run:
+        import yaml
+
+        runs = (yaml.safe_load(config.read_text()) or {}).get("runs") or {}
+        if expect_run not in runs:
+            raise ConfigError(f"--expect-run: no run '{expect_run}' in {config} (runs: {', '.join(runs)}).")
+        expect = runs[expect_run].get("expect")
+    tables = (
+        [t for folder in matrix for t in matrix_tables(folder, expect)]
+        if matrix
+        else [runs_table(config, root)]
+    )
     text = "\n".join(t.markdown() for t in tables)
     written = []
     if md:
