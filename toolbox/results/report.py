@@ -154,7 +154,9 @@ def matrix_runs(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 def matrix_tables(folder: Path, expect: Any = None) -> list[Table]:
     """The spread and the per-run table of a matrix; ``expect`` (else each point's own) is checked."""
     runs = matrix_runs(folder)
-    settings = [k for k in runs[0][0] if k not in ("name", "expect", "command")]
+    settings = [
+        k for k in dict.fromkeys(k for s, _ in runs for k in s) if k not in ("name", "expect", "command")
+    ]
     metrics = sorted({k for _, m in runs for k, v in m.items() if isinstance(v, int | float)})
     metrics = [m for m in metrics if m.startswith(("eval/", BEFORE, GAIN))]
     name = runs[0][0].get("name", folder.name)
