@@ -9,11 +9,15 @@
 # definitions (python workflow/stages.py dvc). See docs/workflow.md.
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/compose.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/check.smk"
 include: "workflow/rules/plot.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/serve_bench.smk"

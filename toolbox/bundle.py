@@ -2,14 +2,18 @@
 
 The archive holds every file git tracks (the workflow, ``config/``, ``dvc.yaml``, the lock files,
 the library), ``dvc.lock`` when there is one, and with ``--with-data`` the run products (``work/``,
-``results/``) and the DVC cache, so that the receiver need not recompute them. Unpacked in a new
-folder::
+``results/``), the DVC cache and Snakemake's record of how each output was made
+(``.snakemake/metadata/``: the params, code and input checksums of every job, keyed by the output's
+relative path), so that the receiver need not recompute them: tar keeps the files' times, and with
+the metadata Snakemake finds every output up to date. Unpacked in a new folder::
 
     tar xzf pipeline.tar.gz -C new && cd new
     make install && . .venv/bin/activate        # the same pinned environment
     git init -q && git add -A && git commit -qm bundle -q   # DVC works inside a git repository
     snakemake -n results/demo/                  # what would run
     dvc repro                                   # reproduces (nothing, with --with-data and dvc.lock)
+    snakemake -c2 results/demo/                 # nothing either, for a run Snakemake built
+    snakemake -c1 --touch results/demo/         # once, for outputs DVC built (no Snakemake record)
 
 ``snakemake --archive`` does the same for Snakemake alone but needs conda on the machine.
 """
@@ -24,7 +28,7 @@ from pathlib import Path
 
 from toolbox.core.errors import ToolboxError
 
-DATA_DIRS = ("work", "results", ".dvc/cache")
+DATA_DIRS = ("work", "results", ".dvc/cache", ".snakemake/metadata")
 
 
 def _tracked(repo: Path) -> list[str]:

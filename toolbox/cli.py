@@ -67,7 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model = Path(args.model) if args.model else Path(args.run) / "model" if args.run else None
     if model is None:
         raise ConfigError("--model: which model folder to evaluate? (with --run it defaults to <run>/model)")
-    metrics = evaluate_model(cfg, model)
+    metrics = evaluate_model(cfg, model, before=Path(args.before) if args.before else None)
     text = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
     if args.out:
         atomic_write_text(Path(args.out), text)
@@ -165,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="a composed config.yaml (default: <run>/config.yaml)")
     p.add_argument("--data", help="the output folder of `toolbox data` to evaluate on")
     p.add_argument("--model", help="model folder to evaluate (default: <run>/model)")
+    p.add_argument("--before", help="also score this model (the one training started from): before/, gain/")
     p.add_argument("--out", help="write the metrics JSON here")
     p.set_defaults(fn=cmd_eval)
 
@@ -176,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", default=".", help="the repository to bundle (default: here)")
     p.set_defaults(fn=cmd_bundle)
 
+    from toolbox.results.cli import add_parsers as add_results_parsers  # toolbox check, report, plan
+
+    add_results_parsers(sub)
+
     p = sub.add_parser("catalog", help="list every registered component with its fields, as Markdown")
     p.add_argument("--out", help="write the Markdown here")
     p.set_defaults(fn=cmd_catalog)
@@ -186,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_plot)
 
     p = sub.add_parser(
-        "demo", help="train, evaluate and checkpoint the embedded demo (about two minutes on 2 cores)"
+        "demo", help="train, evaluate and checkpoint the embedded demo (2500 steps of a tiny Llama)"
     )
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.set_defaults(fn=cmd_demo)

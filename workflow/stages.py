@@ -23,6 +23,7 @@ call, dry runs included.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ PATHS = {
     "checkpoints": "work/{run}/train/checkpoints",
     "resume_key": "work/{run}/train/checkpoints.config.yaml",
     "eval": "work/{run}/eval.json",
+    "check": "work/{run}/check.json",
+    "check_html": "work/{run}/check.html",
     "bench": "work/{run}/bench.json",
     "traces": "work/{run}/traces.sqlite",
     "agent_eval": "work/{run}/agent_eval.json",
@@ -81,6 +84,7 @@ class Out:
             Later rules reach such a file through the stage's first Snakemake output.
         persist: DVC keeps it when the stage reruns (``persist: true``).
         metrics: a DVC metrics file (``dvc metrics show``).
+        report: the category it appears under in ``snakemake --report`` (a folder: its PNGs).
     """
 
     path: str
@@ -88,6 +92,7 @@ class Out:
     snakemake: bool = True
     persist: bool = False
     metrics: bool = False
+    report: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,16 +189,26 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "eval",
-        "toolbox eval --config {eval_cfg} --data {data} --model {model} --out {eval}",
+        "toolbox eval --config {eval_cfg} --data {data} --model {model}{before} --out {eval}",
         deps={"config": PATHS["eval_cfg"], "data": PATHS["data"], "model": PATHS["model"]},
         outs={"eval": Out(PATHS["eval"], metrics=True)},
-        doc="eval.json",
+        doc="eval.json (a run with init_from: also before/<metric> of the model it starts from, and gain/<metric>)",
+    ),
+    Stage(
+        "check",
+        "toolbox check --eval {eval} --expect {expect} --run {run} --out {check} --html {check_html}",
+        deps={"eval": PATHS["eval"]},
+        outs={
+            "check": Out(PATHS["check"], metrics=True),
+            "table": Out(PATHS["check_html"], report="evaluation"),
+        },
+        doc="check.json: the run's expect: against eval.json; fails with a table of expected vs got",
     ),
     Stage(
         "plot",
         "toolbox plot {run_dir} --out {plots}",
         deps={"metrics": PATHS["metrics"]},
-        outs={"plots": Out(PATHS["plots"], directory=True)},
+        outs={"plots": Out(PATHS["plots"], directory=True, report="curves")},
         doc="PNG curves of metrics.jsonl",
     ),
     # agent run -> traces -> dataset: runs with `agent:` (a script that runs the trained model as
@@ -225,18 +240,19 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "publish",
-        "python {publisher} --config {full_cfg} --model {model} --eval {eval} --metrics {metrics} "
-        "--plots {plots}{publish_extra} --out {results}",
+        "python {publisher} --config {full_cfg} --model {model} --eval {eval} --check {check} "
+        "--metrics {metrics} --plots {plots}{publish_extra} --out {results}",
         deps={
             "config": PATHS["full_cfg"],
             "model": PATHS["model"],
             "eval": PATHS["eval"],
+            "check": PATHS["check"],
             "metrics": PATHS["metrics"],
             "plots": PATHS["plots"],
             "publisher": PUBLISHER,
         },
         outs={"results": Out(PATHS["results"], directory=True)},
-        doc="results/<run>/: config.yaml, model/ (links), eval.json, metrics.jsonl, curves/, plots/",
+        doc="results/<run>/: config.yaml, model/ (links), eval.json, check.json, metrics.jsonl, curves/, plots/",
     ),
 )
 BY_NAME = {s.name: s for s in STAGES}
@@ -264,9 +280,9 @@ def run_entry(runs: dict[str, Any], run: str) -> dict[str, Any]:
 
 # A run with ``init_from: <other run>`` starts from the other run's trained model and tokenizer
 # (GRPO after SFT): its composed config points model.path and tokenizer.path at that model, and these
-# stages read it (data saves its tokenizer, train loads its weights), so they wait for the other
-# run's train stage and rerun when its model changes.
-INIT_STAGES = ("data", "train")
+# stages read it (data saves its tokenizer, train loads its weights, eval scores it as "before"), so
+# they wait for the other run's train stage and rerun when its model changes.
+INIT_STAGES = ("data", "train", "eval")
 
 
 def traces_data(entry: dict[str, Any] | None) -> str | None:
@@ -348,8 +364,11 @@ def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
         values["agent_args"] = " ".join(shlex.quote(str(a)) for a in agent.get("args") or [])
         values["to_dataset_args"] = " ".join(shlex.quote(str(a)) for a in entry.get("to_dataset") or [])
         values["publish_extra"] = f" --extra {PATHS['agent_eval'].format(run=run)}" if agent else ""
+        values["expect"] = shlex.quote(json.dumps(entry.get("expect") or {}, sort_keys=True))
+        values["run"] = run
         start = init_model(entry)
         values["agent_before"] = f" --before-model {start}" if start else ""
+        values["before"] = f" --before {start}" if start else ""
     else:
         values["publish_extra"] = ""
     return values
@@ -479,16 +498,49 @@ def dvc_stages(runs: dict[str, Any]) -> dict[str, Any]:
     plots = []
     for run in sorted(runs):
         curves = f"{PATHS['results'].format(run=run)}/curves"
-        plots.append({f"{run}-train-loss": {"x": "step", "y": {f"{curves}/train.json": "loss"}}})
-        plots.append({f"{run}-eval-loss": {"x": "step", "y": {f"{curves}/eval.json": "eval/loss"}}})
+        train = TRAIN_CURVE.get(trainer_name(runs[run]), "loss")
+        plots.append({f"{run}-train-{train}": {"x": "step", "y": {f"{curves}/train.json": train}}})
+        for metric in ("eval/token_accuracy", "eval/loss"):
+            name = f"{run}-eval-{metric.removeprefix('eval/')}"
+            plots.append({name: {"x": "step", "y": {f"{curves}/eval.json": metric}}})
     return {"stages": stages, "plots": plots}
+
+
+# The training curve DVC plots per trainer: a GRPO run's loss is ~1e-9 at every step (a
+# group-normalised advantage sums to zero), its reward is what moves. The in-training evaluation of
+# every workflow run is the default perplexity evaluator: eval/loss and eval/token_accuracy.
+TRAIN_CURVE = {"grpo": "reward"}
+
+
+def trainer_name(entry: dict[str, Any]) -> str:
+    """The trainer a run selects: a ``trainer=`` override, else its experiment file's (following
+    the experiments it extends), else the default ``supervised``. Reads the YAML files only."""
+    for override in reversed(entry.get("overrides") or []):
+        if str(override).startswith("trainer="):
+            return str(override).split("=", 1)[1]
+    import yaml
+
+    experiment, seen = entry.get("experiment"), set()
+    while experiment and experiment not in seen:
+        seen.add(experiment)
+        path = REPO / CONFIG_TREE / "experiment" / f"{experiment}.yaml"
+        if not path.is_file():
+            break
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+        parent = None
+        for item in defaults:
+            if isinstance(item, dict) and "override /trainer" in item:
+                return str(item["override /trainer"])
+            if isinstance(item, str) and item != "_self_":
+                parent = item
+        experiment = parent
+    return "supervised"
 
 
 def fingerprint(runs: dict[str, Any]) -> str:
     """What dvc.yaml is made from (the runs and this file), hashed: the Snakefile compares it with
     dvc.yaml's first line on every call, which costs far less than writing dvc.yaml anew."""
     import hashlib
-    import json
 
     h = hashlib.sha256(json.dumps(runs, sort_keys=True, default=str).encode())
     h.update(Path(__file__).read_bytes())

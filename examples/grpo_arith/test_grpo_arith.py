@@ -52,8 +52,8 @@ def test_experiment_trains_a_few_rounds_from_a_saved_model(tmp_path):
 
 @pytest.mark.slow
 def test_grpo_raises_held_out_exact_match_clearly(tmp_path):
-    """The README's claim (seed 0): SFT to held-out loss 0.3 gives 0.666, GRPO's 1000 rounds 0.962
-    (about 5 minutes on 2 cores)."""
+    """grpo_run's declared expectation (seed 0): SFT to held-out token accuracy 0.88 leaves room,
+    GRPO's 1000 rounds reach >= 0.9 exact match and gain >= 0.2."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("grpo_arith_run", Path(__file__).parent / "run.py")
@@ -62,5 +62,5 @@ def test_grpo_raises_held_out_exact_match_clearly(tmp_path):
     result = module.main(["--out", str(tmp_path), "--seed", "0"])
     before = result["grpo"]["before"]["eval/exact_match"]
     after = result["grpo"]["after"]["eval/exact_match"]
-    assert 0.5 <= before <= 0.8  # the SFT start leaves room to improve
+    assert 0.3 <= before <= 0.8  # the SFT start leaves room to improve
     assert after >= before + 0.2 and after >= 0.9

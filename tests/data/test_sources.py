@@ -56,6 +56,55 @@ def test_arithmetic_can_use_every_problem_and_no_more():
         SOURCES.build({"name": "arithmetic", "digits": 1, "num_train": 91, "num_test": 10})
 
 
+def test_arithmetic_reversed_results_keep_the_problems_and_the_plain_answer():
+    plain = SOURCES.build(
+        {"name": "arithmetic", "num_train": 50, "num_test": 10, "seed": 1234, "zero_pad": True}
+    )
+    rev = SOURCES.build(
+        {
+            "name": "arithmetic",
+            "num_train": 50,
+            "num_test": 10,
+            "seed": 1234,
+            "zero_pad": True,
+            "reverse_result": True,
+        }
+    )
+    for p, r in zip(plain.train + plain.test, rev.train + rev.test, strict=True):
+        assert (r["prompt"], r["answer"]) == (p["prompt"], p["answer"])
+        assert r["completion"] == p["completion"][::-1] and len(r["completion"]) == 3
+    assert {"prompt": "05+04=", "completion": "900", "answer": "9"} in rev.train
+    neg = SOURCES.build(
+        {
+            "name": "arithmetic",
+            "operators": ["-"],
+            "num_train": 50,
+            "num_test": 0,
+            "seed": 1,
+            "reverse_result": True,
+        }
+    )
+    for r in neg.train:
+        digits = r["completion"].lstrip("-")
+        assert r["completion"].startswith("-") == r["answer"].startswith("-")
+        assert int(digits[::-1]) == abs(int(r["answer"]))
+
+
+def test_arithmetic_pairs_write_the_rejected_answer_reversed_too():
+    pairs = SOURCES.build(
+        {
+            "name": "arithmetic_pairs",
+            "num_train": 100,
+            "num_test": 20,
+            "zero_pad": True,
+            "reverse_result": True,
+        }
+    )
+    for r in pairs.train + pairs.test:
+        assert r["chosen"] == r["completion"] == str(int(r["answer"])).zfill(3)[::-1]
+        assert len(r["rejected"]) == 3 and r["rejected"] != r["chosen"]
+
+
 def test_arithmetic_rejects_unknown_operators():
     with pytest.raises(ConfigError, match="operators"):
         SOURCES.build({"name": "arithmetic", "operators": ["/"]})

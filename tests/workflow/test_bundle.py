@@ -69,3 +69,28 @@ def test_bundle_with_data_reproduces_with_nothing_to_recompute(tmp_path):
     again = b.dvc("repro")
     assert not b.dvc_ran(again.stdout), again.stdout
     assert b.snakemake("-n", "results/tiny/").returncode == 0
+    # DVC built these outputs, so Snakemake has no record of them: one --touch re-stamps them
+    b.snakemake("-c1", "--touch", "results/tiny/")
+    again = b.snakemake("-c2", "results/tiny/")
+    assert "Nothing to be done" in again.stdout + again.stderr and b.ran(again.stdout + again.stderr) == set()
+
+
+@pytest.mark.slow
+def test_bundle_of_a_snakemake_run_recomputes_nothing_under_snakemake(tmp_path):
+    """Built by Snakemake, bundled with its data (and .snakemake/metadata), unpacked elsewhere:
+    `snakemake -c2` there has nothing to do."""
+    from workflow_copy import copy_workflow
+
+    wf = copy_workflow(tmp_path / "a")
+    wf.run("git", "init", "-q")
+    wf.snakemake("-c2", "results/tiny/")
+    # the library too, as in a checkout (the bundle holds what git tracks)
+    wf.run("git", "add", "-A")
+    wf.run("git", "commit", "-qm", "built")
+    manifest = make_bundle(wf.root, tmp_path / "full.tar.gz", with_data=True)
+    names = _unpack(tmp_path / "full.tar.gz", tmp_path / "b")
+    assert manifest["with_data"] and any(n.startswith(".snakemake/metadata/") for n in names)
+    b = Workflow(tmp_path / "b")
+    res = b.snakemake("-c2", "results/tiny/")
+    assert "Nothing to be done" in res.stdout + res.stderr, res.stdout + res.stderr
+    assert b.ran(res.stdout + res.stderr) == set()

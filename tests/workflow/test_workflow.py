@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "workflow" / "scripts"))
 import slice_config  # noqa: E402
 import stages  # noqa: E402
 
-STAGE_NAMES = {"defaults", "compose", "data", "train", "eval", "plot", "publish"}
+STAGE_NAMES = {"defaults", "compose", "data", "train", "eval", "check", "plot", "publish"}
 
 
 # -- one definition, two pipelines ----------------------------------------------------------------
@@ -119,7 +119,10 @@ def test_init_from_points_the_run_at_the_other_runs_model(tmp_path: Path) -> Non
     ]  # fmt: skip
     dvc = stages.dvc_stages(cfg["runs"])["stages"]
     assert model in dvc["data-tuned"]["deps"] and model in dvc["train-tuned"]["deps"]
-    assert model not in dvc["eval-tuned"]["deps"] and model in dvc["eval-tiny"]["deps"]
+    # eval scores the starting model too (before/, gain/), so it follows it as well
+    assert model in dvc["eval-tuned"]["deps"] and model in dvc["eval-tiny"]["deps"]
+    assert f"--model work/tuned/train/model --before {model} --out" in dvc["eval-tuned"]["cmd"]
+    assert "--before" not in dvc["eval-tiny"]["cmd"]
     assert not any(model.replace("tiny", "tuned") in d for d in dvc["train-tiny"]["deps"])
 
     wf = copy_workflow(tmp_path / "repo", cfg)
@@ -385,16 +388,36 @@ def test_tiny_run_end_to_end_and_exact_reruns(workflow_copy: Workflow) -> None:
     assert "Nothing to be done" in again.stdout + again.stderr
     assert wf.ran(again.stdout + again.stderr) == set()
 
-    # an eval-only change: compose, then only eval and publish
+    # an eval-only change: toolbox plan (which composes first) says only eval, check and publish
+    # will run, and they alone do
     _set_override(wf, "eval.exact_match.max_examples", "8")
+    planned = wf.run(tool("toolbox"), "plan", f"results/{TINY_RUN}/").stdout
+    assert {line.split(" | ")[1] for line in planned.splitlines()[2:]} == {"eval", "check", "publish"}, (
+        planned
+    )
     res = wf.snakemake("-c2", f"results/{TINY_RUN}/")
-    assert wf.ran(res.stdout + res.stderr) == {"compose", "eval", "publish"}
+    assert wf.ran(res.stdout + res.stderr) == {"eval", "check", "publish"}
     assert "model.safetensors" in {p.name for p in (results / "model").iterdir()}
+
+    # an expectation the run does not reach: only check reruns, and fails the pipeline with the table
+    cfg = yaml.safe_load((wf.root / "config" / "config.yaml").read_text())
+    cfg["runs"][TINY_RUN]["expect"] = {"eval/exact_match": {"min": 1.5}}
+    wf.write_config(cfg)
+    res = wf.snakemake("-c2", f"results/{TINY_RUN}/", check=False)
+    assert res.returncode != 0 and wf.ran(res.stdout + res.stderr) == {"check"}
+    log = (wf.root / "work/tiny/logs/check.log").read_text()
+    assert "run tiny does not reach what it declares (eval/exact_match)" in log
+    assert "| tiny | eval/exact_match | >= 1.5 |" in log and "| **NO** |" in log
+    cfg["runs"][TINY_RUN]["expect"] = {"eval/exact_match": {"min": 0.0}}
+    wf.write_config(cfg)
+    res = wf.snakemake("-c2", f"results/{TINY_RUN}/")
+    assert wf.ran(res.stdout + res.stderr) == {"check", "publish"}
+    assert json.loads((results / "check.json").read_text())["passed"] is True
 
     # a data change: data, train (from scratch: its checkpoints were of another training), eval
     _set_override(wf, "data.source.num_train", "200")
     res = wf.snakemake("-c2", f"results/{TINY_RUN}/")
-    assert wf.ran(res.stdout + res.stderr) == {"compose", "data", "train", "eval", "plot", "publish"}
+    assert wf.ran(res.stdout + res.stderr) == {"compose", "data", "train", "eval", "check", "plot", "publish"}
     assert "resumed" not in (wf.root / "work/tiny/logs/train.log").read_text()
 
 
@@ -412,7 +435,10 @@ def test_init_from_run_trains_from_the_other_runs_model_and_follows_it(tmp_path:
     assert composed["trainer"]["name"] == "grpo"
     rows = [json.loads(x) for x in (wf.root / "results/tuned/metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in rows) == 2 and any("reward" in r for r in rows)
-    assert "eval/exact_match" in json.loads((wf.root / "results/tuned/eval.json").read_text())
+    # before and after in the run's own eval JSON: the starting model by the same evaluator, same split
+    tuned = json.loads((wf.root / "results/tuned/eval.json").read_text())
+    assert {"eval/exact_match", "before/eval/exact_match", "gain/eval/exact_match"} <= set(tuned)
+    assert tuned["gain/eval/exact_match"] == tuned["eval/exact_match"] - tuned["before/eval/exact_match"]
     # the tokenizer the tuned run trained with is tiny's
     assert (wf.root / "work/tuned/data/tokenizer/tokenizer.json").read_text() == (
         wf.root / "work/tiny/data/tokenizer/tokenizer.json"
@@ -425,7 +451,7 @@ def test_init_from_run_trains_from_the_other_runs_model_and_follows_it(tmp_path:
     _set_override(wf, "trainer.max_steps", "25")
     res = wf.snakemake("-c2", "results/tuned/")
     out = res.stdout + res.stderr
-    assert wf.ran(out) == {"compose", "data", "train", "eval", "plot", "publish"}
+    assert wf.ran(out) == {"compose", "data", "train", "eval", "check", "plot", "publish"}
     made = set(re.findall(r"^\s+output: ([^,\s]+)", out, flags=re.M))
     assert {"work/tiny/train/model", "work/tuned/data", "work/tuned/train/model"} <= made, made
     assert "work/tiny/data" not in made

@@ -10,11 +10,24 @@ from omegaconf import DictConfig
 from toolbox.core.errors import ConfigError
 
 
-def evaluate_model(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
-    """Rebuild the data and evaluators of ``cfg`` and score the model saved in ``model_dir``."""
+def evaluate_model(cfg: DictConfig, model_dir: Path, before: Path | None = None) -> dict[str, float]:
+    """Rebuild the data and evaluators of ``cfg`` and score the model saved in ``model_dir``.
+
+    With ``before`` (the model a run started from, e.g. the SFT model of a GRPO run), that model is
+    scored too, by the same evaluators on the same split: ``before/<metric>`` and
+    ``gain/<metric>`` (after - before) join the metrics.
+    """
+    metrics = _score(cfg, Path(model_dir))
+    if before is not None:
+        start = _score(cfg, Path(before))
+        metrics.update({f"before/{k}": v for k, v in start.items()})
+        metrics.update({f"gain/{k}": metrics[k] - v for k, v in start.items() if k in metrics})
+    return dict(sorted(metrics.items()))
+
+
+def _score(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
     from toolbox.experiment import ExperimentBuilder
 
-    model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise ConfigError(f"--model: {model_dir} holds no saved model (config.json); train the run first.")
     cfg = cfg.copy()
@@ -28,4 +41,4 @@ def evaluate_model(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
     with torch.no_grad():
         for evaluator in parts.evaluators:
             metrics.update(evaluator(parts))
-    return dict(sorted(metrics.items()))
+    return metrics

@@ -107,13 +107,26 @@ def _through_checkpoint(path):
 
 
 def stage_output(name):
-    """The stage's declared outputs with the {run} wildcard (directory() for folders)."""
+    """The stage's declared outputs with the {run} wildcard (directory() for folders); an output
+    with a report category goes into `snakemake --report` under it, per run."""
     stage = stages.BY_NAME[name]
-    return {
-        k: directory(o.path) if o.directory else o.path
-        for k, o in stage.outs.items()
-        if o.snakemake
-    }
+    outputs = {}
+    for k, o in stage.outs.items():
+        if not o.snakemake:
+            continue
+        path = directory(o.path) if o.directory else o.path
+        if o.report:
+            caption = Path(workflow.basedir) / "workflow" / "report" / f"{o.report}.rst"
+            path = report(
+                path,
+                caption=str(caption),
+                category=o.report,
+                subcategory="{run}",
+                patterns=["{name}.png"] if o.directory else [],
+                labels={"run": "{run}", "stage": name},
+            )
+        outputs[k] = path
+    return outputs
 
 
 def stage_cmd(name):

@@ -1,14 +1,15 @@
 """Publish a run's deliverables into ``results/<run>/`` (the workflow's last stage).
 
     python workflow/scripts/publish.py --config work/demo/config/full.yaml \
-        --model work/demo/train/model --eval work/demo/eval.json \
+        --model work/demo/train/model --eval work/demo/eval.json --check work/demo/check.json \
         --metrics work/demo/train/metrics.jsonl --plots work/demo/plots --out results/demo
 
 ``results/<run>/`` then holds::
 
     config.yaml      the run's composed config (copy)
     model/           the trained model: one relative symlink per file (no copy of the weights)
-    eval.json        the eval stage's metrics (copy)
+    eval.json        the eval stage's metrics (copy; before/after for a run with init_from)
+    check.json       the check stage's table: the run's expect: against eval.json (copy)
     metrics.jsonl    the training curves (copy)
     curves/          train.json and eval.json: metrics.jsonl split by split, as JSON lists
                      (``dvc plots`` reads JSON, CSV and YAML, not JSON lines)
@@ -55,9 +56,16 @@ def split_curves(metrics: Path, out: Path) -> None:
 
 
 def publish(
-    config: Path, model: Path, eval_json: Path, metrics: Path, plots: Path, out: Path, extra: tuple = ()
+    config: Path,
+    model: Path,
+    eval_json: Path,
+    check: Path,
+    metrics: Path,
+    plots: Path,
+    out: Path,
+    extra: tuple = (),
 ) -> Path:
-    for path in (config, model, eval_json, metrics, plots, *extra):
+    for path in (config, model, eval_json, check, metrics, plots, *extra):
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist: run the stage that writes it first")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +75,7 @@ def publish(
     shutil.copyfile(config, tmp / "config.yaml")
     link_tree(model, tmp / "model")
     shutil.copyfile(eval_json, tmp / "eval.json")
+    shutil.copyfile(check, tmp / "check.json")
     shutil.copyfile(metrics, tmp / "metrics.jsonl")
     split_curves(metrics, tmp / "curves")
     shutil.copytree(plots, tmp / "plots")
@@ -80,12 +89,12 @@ def publish(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for name in ("config", "model", "eval", "metrics", "plots", "out"):
+    for name in ("config", "model", "eval", "check", "metrics", "plots", "out"):
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--extra", action="append", default=[], type=Path, help="another file to copy in")
     a = parser.parse_args(argv)
     try:
-        out = publish(a.config, a.model, a.eval, a.metrics, a.plots, a.out, tuple(a.extra))
+        out = publish(a.config, a.model, a.eval, a.check, a.metrics, a.plots, a.out, tuple(a.extra))
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

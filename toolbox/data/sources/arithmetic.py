@@ -21,6 +21,7 @@ def arithmetic(
     num_test: int = 500,
     seed: int = 0,
     zero_pad: bool = False,
+    reverse_result: bool = False,
 ) -> Splits:
     """Problems ``a<op>b=`` with their result, as records {prompt, completion, answer}.
 
@@ -37,6 +38,11 @@ def arithmetic(
         zero_pad: write operands with exactly ``digits`` digits and results of "+" with
             ``digits + 1`` ("07+45=052"): every digit keeps its position, which small models learn
             much faster. ``answer`` stays the plain number ("52").
+        reverse_result: write the result's digits least significant first, as a model adds
+            ("07+45=250" with zero_pad): each digit then depends only on the digits already
+            written and the carry, so a small model learns addition robustly (without it, when
+            the carry is found is sensitive to seed and float rounding). ``answer`` stays the
+            plain number ("52"); a minus sign stays in front.
     """
     if digits < 1:
         raise ConfigError(f"data.source.digits: {digits}; set it to 1 or more.")
@@ -60,18 +66,21 @@ def arithmetic(
             "raise data.source.digits or add operators."
         )
     drawn = random.Random(seed).sample(range(total), num_train + num_test)
-    records = [_problem(index, ops, size, digits if zero_pad else 0) for index in drawn]
+    records = [_problem(index, ops, size, digits if zero_pad else 0, reverse_result) for index in drawn]
     return Splits(train=records[num_test:], test=records[:num_test])
 
 
-def _problem(index: int, ops: list[str], size: int, width: int = 0) -> Record:
+def _problem(index: int, ops: list[str], size: int, width: int = 0, reverse: bool = False) -> Record:
     op = ops[index // (size * size)]
     a, b = divmod(index % (size * size), size)
     value = OPERATORS[op](a, b)
-    answer = str(value)
-    if not width:
-        return {"prompt": f"{a}{op}{b}=", "completion": answer, "answer": answer}
-    result_width = 2 * width if op == "*" else width + 1
-    sign = "-" if value < 0 else ""
-    completion = sign + str(abs(value)).zfill(result_width)
-    return {"prompt": f"{a:0{width}d}{op}{b:0{width}d}=", "completion": completion, "answer": answer}
+    prompt = f"{a:0{width}d}{op}{b:0{width}d}=" if width else f"{a}{op}{b}="
+    result_width = (2 * width if op == "*" else width + 1) if width else 0
+    return {"prompt": prompt, "completion": write_result(value, result_width, reverse), "answer": str(value)}
+
+
+def write_result(value: int, width: int = 0, reverse: bool = False) -> str:
+    """A result as a completion: zero-padded to ``width`` digits (0: no padding), the digits least
+    significant first with ``reverse``, a minus sign in front."""
+    digits = str(abs(value)).zfill(width)
+    return ("-" if value < 0 else "") + (digits[::-1] if reverse else digits)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
-from toolbox.data.sources.arithmetic import arithmetic
+from toolbox.data.sources.arithmetic import arithmetic, write_result
 
 MISTAKES = ("off_by_one", "off_by_ten", "digit", "no_carry", "swap")
 
@@ -59,6 +59,7 @@ def arithmetic_pairs(
     max_train: int | None = None,
     max_test: int | None = None,
     zero_pad: bool = False,
+    reverse_result: bool = False,
 ) -> Splits:
     """Records {prompt, chosen, rejected, completion, answer} for DPO-style training.
 
@@ -81,6 +82,8 @@ def arithmetic_pairs(
         max_test: use only the first this many held-out problems (null: all).
         zero_pad: fixed-width operands and results, as the arithmetic source's ``zero_pad``
             (set it as the SFT run did); a rejected answer is padded like the chosen one.
+        reverse_result: results least significant digit first, as the arithmetic source's
+            ``reverse_result`` (set it as the SFT run did); a rejected answer is written the same way.
     """
     check_mistakes(mistakes)
     if pairs_per_problem < 1:
@@ -92,6 +95,7 @@ def arithmetic_pairs(
         num_test=num_test,
         seed=seed,
         zero_pad=zero_pad,
+        reverse_result=reverse_result,
     )
     rng = random.Random(pair_seed)
 
@@ -100,7 +104,7 @@ def arithmetic_pairs(
         for record in records:
             seen: set[str] = set()
             for _ in range(per_problem):
-                rejected = wrong_completion(record, mistakes, rng, zero_pad)
+                rejected = wrong_completion(record, mistakes, rng, zero_pad, reverse_result)
                 if rejected in seen:
                     continue
                 seen.add(rejected)
@@ -117,13 +121,15 @@ def check_mistakes(mistakes: Sequence[str]) -> None:
         raise ConfigError(f"data.source.mistakes: {list(mistakes)}; choose among {list(MISTAKES)}.")
 
 
-def wrong_completion(record: Record, mistakes: Sequence[str], rng: random.Random, zero_pad: bool) -> str:
+def wrong_completion(
+    record: Record, mistakes: Sequence[str], rng: random.Random, zero_pad: bool, reverse: bool = False
+) -> str:
     """A plausible wrong result for an arithmetic record (a kind drawn from ``mistakes``), written as
-    its right ``completion`` is (padded to its width with ``zero_pad``)."""
+    its right ``completion`` is (padded to its width with ``zero_pad``, reversed with ``reverse``)."""
     a, op, b = _parse(record["prompt"])
     wrong = wrong_answer(a, op, b, int(record["answer"]), rng.choice(list(mistakes)), rng)
     width = len(record["completion"].lstrip("-")) if zero_pad else 0
-    return ("-" if wrong < 0 else "") + str(abs(wrong)).zfill(width)
+    return write_result(wrong, width, reverse)
 
 
 def _parse(prompt: str) -> tuple[int, str, int]:

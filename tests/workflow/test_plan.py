@@ -1,0 +1,57 @@
+"""toolbox plan: Snakemake's dry run made exact by composing first (compose is a checkpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workflow_copy import Workflow, tool
+
+from toolbox.results.plan import parse_dry_run
+
+DRY_RUN = """\
+Building DAG of jobs...
+Job stats:
+job      count
+-----  -------
+eval         1
+
+rule eval:
+    input: work/tiny/config/eval.yaml, work/tiny/data, work/tiny/train/model
+    output: work/tiny/eval.json
+    log: work/tiny/logs/eval.log
+    jobid: 3
+    benchmark: work/tiny/benchmarks/eval.tsv
+    reason: Input files updated by another job: work/tiny/config/eval.yaml
+    wildcards: run=tiny
+    resources: tmpdir=<TBD>
+
+localrule all:
+    input: results/tiny
+    jobid: 0
+    reason: Input files updated by another job: results/tiny
+    resources: tmpdir=<TBD>
+
+checkpoint compose:
+    output: work/tiny/config/full.yaml
+    reason: Missing output files: work/tiny/config/full.yaml
+    wildcards: run=tiny
+"""
+
+
+def test_parse_dry_run_reads_stage_run_and_reason() -> None:
+    jobs = parse_dry_run(DRY_RUN)
+    assert [(j.stage, j.run, j.reason) for j in jobs] == [
+        ("eval", "tiny", "Input files updated by another job: work/tiny/config/eval.yaml"),
+        ("compose", "tiny", "Missing output files: work/tiny/config/full.yaml"),
+    ]
+
+
+def test_plan_of_a_fresh_workflow_lists_every_stage_after_composing(workflow_copy: Workflow) -> None:
+    res = workflow_copy.run(tool("toolbox"), "plan", "results/tiny/")
+    table = res.stdout
+    assert table.startswith("| run | stage | reason |")
+    planned = {line.split(" | ")[1] for line in table.splitlines()[2:]}
+    # compose ran inside plan (its outputs now exist), so the plan starts after it
+    assert planned == {"data", "train", "eval", "check", "plot", "publish"}, table
+    assert "| tiny | train |" in table and "Missing output files" in table
+    assert (Path(workflow_copy.root) / "work/tiny/config/train.yaml").is_file()

@@ -1,0 +1,205 @@
+"""``toolbox check`` and ``toolbox report``: a run's declared expectations against its eval JSON, and
+the result tables generated from those files.
+
+    toolbox check --eval work/demo/eval.json --expect '{"eval/exact_match": {"min": 0.95}}' \
+        --run demo --out work/demo/check.json
+    toolbox report --md report.md --html report.html               # every run of config/config.yaml
+    toolbox matrix --name demo --stage experiment=demo --out work/matrix/demo --expect-run demo
+    toolbox report --matrix work/matrix/demo --into examples/sft_arith/README.md --block demo-matrix
+    toolbox plan results/demo/                                      # what snakemake will recompute, and why
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from toolbox.core.atomic import atomic_write_text
+    from toolbox.core.errors import ConfigError, DataError
+    from toolbox.results.expect import check, markdown_table
+
+    try:
+        expect = json.loads(args.expect)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f'--expect: not JSON ({e}); write it as \'{{"eval/exact_match": {{"min": 0.95}}}}\'.'
+        ) from None
+    path = Path(args.eval)
+    if not path.is_file():
+        raise DataError(f"--eval: {path} does not exist; run the eval stage first.")
+    metrics = json.loads(path.read_text())
+    rows = check(metrics, expect, where=f"runs.{args.run}.expect" if args.run else "expect")
+    table = markdown_table(rows, run=args.run)
+    passed = all(r.passed for r in rows)
+    if not passed:
+        failed = ", ".join(r.metric for r in rows if not r.passed)
+        print(
+            f"error: run {args.run or path} does not reach what it declares ({failed}):\n{table}",
+            file=sys.stderr,
+        )
+        return 1
+    record = {"run": args.run, "eval": str(path), "passed": True, "rows": [r.as_dict() for r in rows]}
+    if args.html:
+        from toolbox.results.report import check_page
+
+        atomic_write_text(Path(args.html), check_page(args.run or path.parent.name, metrics, expect))
+    if args.out:
+        atomic_write_text(Path(args.out), json.dumps(record, indent=2, sort_keys=True) + "\n")
+    print(table if rows else f"run {args.run or path}: no expectations declared\n", end="")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from toolbox.results import dvc_plots
+    from toolbox.results.report import write_report
+
+    if args.dvc_template:
+        print(dvc_plots.write_template(Path(args.dvc_template)))
+    if args.dvc_plots:
+        print(dvc_plots.show(Path(args.root), Path(args.dvc_plots)))
+    if (args.dvc_template or args.dvc_plots) and not (args.md or args.html or args.into or args.matrix):
+        return 0
+
+    for path in write_report(
+        config=Path(args.config),
+        root=Path(args.root),
+        matrix=[Path(m) for m in args.matrix],
+        md=Path(args.md) if args.md else None,
+        html=Path(args.html) if args.html else None,
+        into=Path(args.into) if args.into else None,
+        block=args.block,
+        title=args.title,
+        expect_run=args.expect_run,
+    ):
+        print(path)
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    import yaml
+
+    from toolbox.core.errors import ConfigError
+    from toolbox.results.matrix import parse_seeds, run_matrix
+
+    expect = json.loads(args.expect) if args.expect else None
+    if args.expect_run:
+        runs = (yaml.safe_load(Path(args.config).read_text()) or {}).get("runs") or {}
+        if args.expect_run not in runs:
+            raise ConfigError(
+                f"--expect-run: no run '{args.expect_run}' in {args.config} (runs: {', '.join(runs)})."
+            )
+        expect = runs[args.expect_run].get("expect")
+    command = "toolbox matrix " + " ".join(
+        [
+            f"--name {args.name}",
+            *(f"--stage {json.dumps(s)}" for s in args.stage),
+            f"--seeds {args.seeds}",
+            f"--forwards {args.forwards}",
+            f"--threads {args.threads}",
+        ]
+    )
+    run_matrix(
+        args.name,
+        [shlex.split(s) for s in args.stage],
+        Path(args.out),
+        parse_seeds(args.seeds),
+        args.forwards.split(","),
+        [int(t) for t in args.threads.split(",")],
+        jobs=args.jobs,
+        nice=args.nice,
+        expect=expect,
+        command=command,
+    )
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import yaml
+
+    from toolbox.core.errors import ConfigError
+    from toolbox.results.plan import markdown, plan
+
+    root = Path(args.root)
+    config = root / "config" / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(
+            f"toolbox plan: {config} does not exist; run it from the workflow's folder (--root)."
+        )
+    runs = sorted((yaml.safe_load(config.read_text()) or {}).get("runs") or {})
+    print(markdown(plan(root, args.targets, runs)), end="")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check", help="compare a run's eval JSON with what it declares (expect:); exit 1 if it falls short"
+    )
+    p.add_argument("--eval", required=True, help="the run's eval JSON (toolbox eval --out)")
+    p.add_argument(
+        "--expect", required=True, help='the expectations as JSON: {"eval/exact_match": {"min": 0.95}}'
+    )
+    p.add_argument("--run", help="the run's name (for the messages and the table)")
+    p.add_argument("--out", help="write the checked rows as JSON here when every expectation holds")
+    p.add_argument("--html", help="and the table (with every eval metric) as an HTML page here")
+    p.set_defaults(fn=cmd_check)
+
+    p = sub.add_parser("report", help="result tables (Markdown, HTML) generated from the runs' eval JSON")
+    p.add_argument("--config", default="config/config.yaml", help="the workflow's runs and their expect:")
+    p.add_argument("--root", default=".", help="the folder holding results/<run>/ (default: here)")
+    p.add_argument(
+        "--matrix",
+        action="append",
+        default=[],
+        help="a folder of perturbation runs (<label>/eval.json + <label>/run.json); repeatable",
+    )
+    p.add_argument("--md", help="write the Markdown report here")
+    p.add_argument("--html", help="write a self-contained HTML report here")
+    p.add_argument("--into", help="replace the block --block of this Markdown file with the tables")
+    p.add_argument(
+        "--block", default="results", help="the block's name: <!-- report:NAME --> ... <!-- /report:NAME -->"
+    )
+    p.add_argument("--title", default="Results", help="the HTML page's title")
+    p.add_argument("--expect-run", help="check a --matrix against this run's expect: in --config")
+    p.add_argument(
+        "--dvc-plots",
+        metavar="DIR",
+        help="also `dvc plots show` into DIR with vega inlined (renders offline)",
+    )
+    p.add_argument(
+        "--dvc-template", metavar="FILE", help="write DVC's HTML template with vega inlined (--html-template)"
+    )
+    p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser(
+        "matrix", help="a recipe over seeds x trainer.forward x torch threads, each run evaluated"
+    )
+    p.add_argument("--name", required=True, help="the recipe's name (the report's title)")
+    p.add_argument(
+        "--stage",
+        action="append",
+        required=True,
+        help="one training stage's overrides, space-separated; repeat for SFT then GRPO/DPO",
+    )
+    p.add_argument("--out", required=True, help="folder for the points (s<seed>-<forward>-t<threads>/)")
+    p.add_argument("--seeds", default="0-4", help="seeds: 0-4 or 0,1,2")
+    p.add_argument("--forwards", default="lean,exact", help="trainer.forward values of the supervised stages")
+    p.add_argument("--threads", default="1,2", help="torch thread counts (num_threads)")
+    p.add_argument("--jobs", type=int, default=2, help="points trained at once")
+    p.add_argument("--nice", type=int, default=5, help="niceness of the training processes (0: none)")
+    p.add_argument("--expect", help='the expectation as JSON ({"eval/exact_match": {"min": 0.95}})')
+    p.add_argument("--expect-run", help="take the expectation of this run of --config")
+    p.add_argument("--config", default="config/config.yaml", help="the workflow's runs (for --expect-run)")
+    p.set_defaults(fn=cmd_matrix)
+
+    p = sub.add_parser(
+        "plan",
+        help="what `snakemake` will recompute, per stage and run, and why (exact, unlike snakemake -n)",
+    )
+    p.add_argument("targets", nargs="*", help="Snakemake targets (default: the default target)")
+    p.add_argument("--root", default=".", help="the workflow's folder (default: here)")
+    p.set_defaults(fn=cmd_plan)

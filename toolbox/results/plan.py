@@ -1,0 +1,85 @@
+"""``toolbox plan``: what a Snakemake run of the workflow will recompute, per stage and run, and why.
+
+``snakemake -n`` alone cannot tell: compose is a checkpoint, so before it has run the dry run lists
+every stage after it (train and data included) although, once compose has rewritten only the
+slices that changed, Snakemake reruns just the stages whose slice did. ``toolbox plan`` therefore
+first brings the composed configs up to date (``snakemake`` on ``work/<run>/config/full.yaml``:
+the defaults and compose jobs only, a few seconds; exactly what the real run does first), then
+asks Snakemake's dry run, which is now exact, and prints its jobs with Snakemake's reasons::
+
+    toolbox plan results/demo/
+    | run | stage | reason |
+    | demo | eval | Input files updated by another job: work/demo/config/eval.yaml |
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolbox.core.errors import ToolboxError
+
+JOB_RE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+
+
+@dataclass(frozen=True)
+class Job:
+    stage: str
+    run: str | None
+    reason: str
+
+
+def _snakemake() -> str:
+    found = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
+    if not Path(found).exists():
+        raise ToolboxError("toolbox plan needs snakemake on the PATH (it is in requirements.lock).")
+    return found
+
+
+def parse_dry_run(text: str) -> list[Job]:
+    """The jobs of a ``snakemake -n`` output: rule, the run wildcard and the reason."""
+    jobs, current = [], None
+    for line in text.splitlines():
+        m = JOB_RE.match(line.strip()) if not line.startswith(" ") else None
+        if m:
+            current = {"stage": m.group(1), "run": None, "reason": ""}
+            jobs.append(current)
+            continue
+        if current is None:
+            continue
+        stripped = line.strip()
+        if stripped.startswith("reason: "):
+            current["reason"] = stripped.removeprefix("reason: ")
+        elif stripped.startswith("wildcards: "):
+            found = re.search(r"\brun=([^,\s]+)", stripped)
+            current["run"] = found.group(1) if found else None
+        elif not stripped:
+            current = None
+    return [Job(**j) for j in jobs if j["stage"] != "all"]
+
+
+def plan(root: Path, targets: list[str], runs: list[str]) -> list[Job]:
+    """Bring every run's composed config up to date, then Snakemake's exact dry run of ``targets``."""
+    snakemake = _snakemake()
+    configs = [f"work/{run}/config/full.yaml" for run in runs]
+    composed = subprocess.run(
+        [snakemake, "-c1", *configs, "--quiet", "all"], cwd=root, capture_output=True, text=True
+    )
+    if composed.returncode != 0:
+        raise ToolboxError(f"toolbox plan: composing the runs failed:\n{composed.stderr[-3000:]}")
+    dry = subprocess.run([snakemake, "-n", *targets], cwd=root, capture_output=True, text=True)
+    if dry.returncode != 0:
+        raise ToolboxError(f"toolbox plan: snakemake -n failed:\n{dry.stderr[-3000:]}")
+    return parse_dry_run(dry.stdout + "\n" + dry.stderr)
+
+
+def markdown(jobs: list[Job]) -> str:
+    if not jobs:
+        return "Nothing to recompute: every stage is up to date.\n"
+    lines = ["| run | stage | reason |", "|---|---|---|"]
+    lines += [f"| {j.run or '–'} | {j.stage} | {j.reason} |" for j in jobs]
+    return "\n".join(lines) + "\n"
