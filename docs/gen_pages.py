@@ -188,21 +188,35 @@ def render_catalog_page() -> str:
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def example_page(readme: Path, assets: dict[str, Path]) -> str:
-    """An example's README; links into the repository become code text, images are copied."""
-    name = readme.parent.name
+def repo_links(markdown: str, source: Path, site_path: str, assets: dict[str, Path] | None = None) -> str:
+    """Relative links of a page read from ``source`` (shown at ``site_path``): a link to a docs page
+    points at that page, an image is copied next to the page (when ``assets`` is given), and a link
+    to any other repository file becomes code text (the site does not serve the repository)."""
+    import os
 
     def fix(m: re.Match) -> str:
         bang, text, target = m.groups()
         if re.match(r"^[a-z]+://|^#|^mailto:", target):
             return m.group(0)
-        file = (readme.parent / target.split("#")[0]).resolve()
-        if bang and file.is_file():
-            assets[f"examples/{name}/{file.name}"] = file
+        path, _, anchor = target.partition("#")
+        file = (source.parent / path).resolve()
+        docs = ROOT / "docs"
+        if file.is_relative_to(docs) and file.suffix == ".md":
+            rel = os.path.relpath(file.relative_to(docs), Path(site_path).parent)
+            return f"{bang}[{text}]({Path(rel).as_posix()}{'#' + anchor if anchor else ''})"
+        if bang and assets is not None and file.is_file():
+            assets[(Path(site_path).parent / file.name).as_posix()] = file
             return f"![{text}]({file.name})"
+        if file.is_relative_to(docs):
+            return m.group(0)
         return f"{text} (`{target}`)" if text and text != target else f"`{target}`"
 
-    return _LINK.sub(fix, readme.read_text())
+    return _LINK.sub(fix, markdown)
+
+
+def example_page(readme: Path, assets: dict[str, Path]) -> str:
+    """An example's README (its links fixed by ``repo_links``)."""
+    return repo_links(readme.read_text(), readme, f"examples/{readme.parent.name}.md", assets)
 
 
 def _flat(d, prefix=""):
@@ -342,5 +356,7 @@ def error_output(command: str) -> str:
 def on_page_markdown(markdown, page, config, files):
     """``<!-- cli: toolbox train -->`` in a hand-written page becomes that command's --help;
     ``<!-- error: toolbox ... -->`` becomes what that failing command prints."""
+    if page.file.generated_by is None:  # a hand-written page (or a guide another branch added)
+        markdown = repo_links(markdown, Path(page.file.abs_src_path), page.file.src_uri)
     markdown = _MARK.sub(lambda m: command_help(m.group(1).strip()), markdown)
     return _ERROR.sub(lambda m: error_output(m.group(1)), markdown)
