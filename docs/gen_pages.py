@@ -350,7 +350,10 @@ def error_output(command: str) -> str:
             code = e.code
     if code in (0, None):
         raise RuntimeError(f"docs: `{command}` was shown as an error but succeeded")
-    return f"```text\n$ {command}\n{err.getvalue().rstrip()}\n```\n"
+    import textwrap
+
+    lines = [w for line in err.getvalue().rstrip().splitlines() for w in textwrap.wrap(line, 100) or [""]]
+    return "```text\n$ " + command + "\n" + "\n".join(lines) + "\n```\n"
 
 
 def on_page_markdown(markdown, page, config, files):

@@ -142,3 +142,17 @@ def test_site_renders_in_chromium(tmp_path, tmp_path_factory):
         colors = image.getcolors(maxcolors=1 << 16) or []
         assert len(colors) > 50, f"{page}: the screenshot is blank ({len(colors)} grey levels)"
         shutil.copy(png, ROOT / "site" / png.name) if (ROOT / "site").is_dir() else None
+
+
+def test_links_to_repository_files_become_text_and_docs_links_resolve():
+    """A guide another branch adds may link into the repository: under --strict that would fail the
+    build, so such links become code text; links between docs pages stay links."""
+    gen = _gen()
+    md = "See [the base](../toolbox/trainer/base.py), [memory](memory.md) and [site](https://x.org)."
+    out = gen.repo_links(md, DOCS / "guide.md", "guide.md")
+    assert out == (
+        "See the base (`../toolbox/trainer/base.py`), [memory](memory.md) and [site](https://x.org)."
+    )
+    readme = ROOT / "examples" / "sft_arith" / "README.md"
+    out = gen.repo_links("[w](../../docs/workflow.md#dvc)", readme, "examples/sft_arith.md")
+    assert out == "[w](../workflow.md#dvc)"
