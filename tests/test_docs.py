@@ -71,14 +71,19 @@ def _blocks(page: Path) -> list[str]:
     ]
 
 
-def _run(cmd: str, cwd: Path, timeout: int) -> subprocess.CompletedProcess:
+def _run(cmd: str, capsys) -> tuple[int, str, str]:
+    """A ``toolbox`` command as its entry point runs it (``toolbox.cli.main``), in this process
+    (one torch import for all of them), in the current folder."""
+    from toolbox.cli import main
+
     argv = shlex.split(cmd)
-    if argv[0] == "toolbox":
-        argv = [sys.executable, "-m", "toolbox.cli", *argv[1:]]
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert argv[0] == "toolbox", cmd
+    code = main(argv[1:])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_getting_started_commands_run_as_written(tmp_path):
+def test_getting_started_commands_run_as_written(tmp_path, monkeypatch, capsys):
     """Every command of the page, in order, in a scratch copy of the working folder; `make demo`
     runs as its short variant shown on the page (the full one: the slow test), `make test` is this
     suite itself."""
@@ -86,11 +91,12 @@ def test_getting_started_commands_run_as_written(tmp_path):
     assert commands[:2] == ["make demo", "make test"]
     short = [c for c in commands if c.startswith("toolbox demo")]
     assert short, "the page shows a short variant of the demo"
+    monkeypatch.chdir(tmp_path)
     for cmd in short + [c for c in commands[2:] if not c.startswith("toolbox demo")]:
-        result = _run(cmd, tmp_path, 600)
-        assert result.returncode == 0, f"{cmd}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        code, out, err = _run(cmd, capsys)
+        assert code == 0, f"{cmd}:\n{out[-2000:]}\n{err[-2000:]}"
         if cmd.startswith("toolbox demo"):
-            assert "Demo finished. Results in results/demo/" in result.stdout
+            assert "Demo finished. Results in results/demo/" in out
             for name in ("config.yaml", "metrics.jsonl", "checkpoints", "model"):
                 assert (tmp_path / "results" / "demo" / name).exists(), name
     assert (tmp_path / "results" / "demo" / "eval.json").is_file()
