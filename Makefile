@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install vllm demo test test-slow lint catalog
+.PHONY: install vllm demo test test-slow lint catalog docs docs-serve
 install: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -37,3 +37,10 @@ lint: install
 
 catalog: install
 	$(VENV)/bin/toolbox catalog --out docs/catalog.md
+
+# the documentation site: docs/gen_pages.py (an MkDocs hook) generates the reference pages from the code
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve

@@ -15,7 +15,9 @@ def _summary(obj: object) -> str:
     return " ".join(paragraph.split())
 
 
-def render_catalog() -> str:
+def render_catalog(link=None) -> str:
+    """The catalog as Markdown; ``link(location)`` (optional) turns a ``path.py:line`` into Markdown
+    (the docs site links each entry to its API page)."""
     import toolbox.core.registries  # noqa: F401  (defines every registry)
 
     lines = ["# Component catalog", "", "Every name a config can select, generated from the registries.", ""]
@@ -28,7 +30,7 @@ def render_catalog() -> str:
             lines += [
                 f"### `{kind}: {name}`",
                 "",
-                f"`{source_location(obj)}` — {_summary(obj) or '(no description)'}",
+                f"{link(source_location(obj)) if link else f'`{source_location(obj)}`'} — {_summary(obj) or '(no description)'}",
                 "",
             ]
             fields = [f for f in component_fields(obj) if f.name not in _INJECTED]
