@@ -19,7 +19,8 @@ def evaluate_model(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
         raise ConfigError(f"--model: {model_dir} holds no saved model (config.json); train the run first.")
     cfg = cfg.copy()
     cfg.model = {"name": "pretrained", "path": str(model_dir)}
-    cfg.tokenizer = {"name": "pretrained", "path": str(model_dir)}
+    if cfg.get("tokenizer") is not None:  # models of vectors and graphs have none
+        cfg.tokenizer = {"name": "pretrained", "path": str(model_dir)}
     cfg.callbacks = {}
     cfg.resume_from = None
     parts = ExperimentBuilder.from_config(cfg).build(with_trainer=False)

@@ -8,6 +8,8 @@
 - ``hub``: ``datasets.load_dataset`` (needs the Hugging Face Hub or its cache).
 - ``gsm8k``: the GSM8K grade-school math problems from a local jsonl file.
 - ``blobs``: generated Gaussian clusters for classifiers (facts: in_dim, num_classes).
+- ``planetoid``, ``tu_dataset``, ``karate_club``, ``sbm``: PyG graphs for node, link and graph tasks
+  (``toolbox.data.graphs``; facts: in_dim, num_classes).
 """
 
 from toolbox.data.sources import (  # noqa: F401  (registers the sources)
@@ -17,5 +19,9 @@ from toolbox.data.sources import (  # noqa: F401  (registers the sources)
     blobs,
     gsm8k,
     hub,
+    karate_club,
     local,
+    planetoid,
+    sbm,
+    tu_dataset,
 )

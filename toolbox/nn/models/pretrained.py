@@ -25,6 +25,11 @@ def pretrained(path: str, dtype: Literal["float32", "bfloat16", "float16", "auto
     import torch
     from transformers import AutoModelForCausalLM
 
+    from toolbox.nn.models.saved import load_saved_model
+
+    own = load_saved_model(path)  # a folder our own models (gnn) wrote: config.json names the model
+    if own is not None:
+        return own
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
