@@ -1,6 +1,7 @@
 """The toolbox command as a user types it (subprocesses)."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -65,5 +66,36 @@ def test_catalog_lists_every_registry_with_fields():
     for heading in ("## model", "## optimizer", "## callback", "## trainer", "## source", "## tokenizer"):
         assert heading in text
     assert "### `optimizer: adamw`" in text
+    # module:line
+    assert re.search(r"`toolbox/trainer/optim\.py:\d+` — AdamW with decoupled weight decay", text)
     assert "| `weight_decay` | `float` | `0.0` | decoupled weight decay" in text
     assert "### `model: tiny_llama`" in text
+
+
+def test_overrides_after_the_options(tmp_path, tiny):
+    """The README's and the workflow's commands: overrides may follow --out and --config."""
+    target = tmp_path / "x.yaml"
+    run("compose", "experiment=sft_arith", "--out", str(target), "trainer.max_steps=7", "seed=3")
+    assert "max_steps: 7" in target.read_text() and "seed: 3" in target.read_text()
+    run_dir = tmp_path / "run"
+    tiny = [o for o in tiny if o != "callbacks=none"] + ["callbacks=default", "~callbacks.console"]
+    args = ["train", "experiment=sft_arith", *tiny, "--out", str(run_dir), "resume_from=auto"]
+    first = json.loads(run(*args, "trainer.max_steps=2", "trainer.eval_every=0").stdout.splitlines()[-1])
+    assert first["run_dir"] == str(run_dir) and "resume_from: auto" in (run_dir / "config.yaml").read_text()
+    lines = (run_dir / "metrics.jsonl").read_text()
+    again = json.loads(run(*args, "trainer.max_steps=2", "trainer.eval_every=0").stdout.splitlines()[-1])
+    assert again == first and (run_dir / "metrics.jsonl").read_text() == lines  # finished: nothing appended
+    proc = run("compose", "experiment=sft_arith", "--out", str(target), "--bogus", check=False)
+    assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
+
+
+def test_unset_value_and_empty_data_file_are_named(tmp_path):
+    proc = run("train", "data=local", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: data.source.path is required (source 'local', path: the data file")
+    assert "set data.source.path=..." in proc.stderr
+    empty = tmp_path / "train.jsonl"
+    empty.write_text("")
+    proc = run("train", "data=local", f"data.source.path={empty}", check=False)
+    assert proc.returncode == 2
+    assert f"data.source.path: {empty} is empty (no records)" in proc.stderr

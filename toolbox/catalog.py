@@ -1,30 +1,12 @@
-"""Render every registered component, with its config fields and docs, as Markdown."""
+"""Render every registered component, with where it is defined (``path.py:line``), its config fields
+and docs, as Markdown."""
 
 from __future__ import annotations
 
 import inspect
 
-from toolbox.core.registry import Registry, component_fields
-
-# fields the builder injects: shown apart, never set in a config
-_INJECTED = {
-    "parts",
-    "context",
-    "corpus",
-    "tokenizer",
-    "model",
-    "optimizer",
-    "total_steps",
-    "device",
-    "vocab_size",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "in_dim",
-    "num_classes",
-    "obs_dim",
-    "num_actions",
-}
+from toolbox.core.registry import Registry, component_fields, source_location
+from toolbox.experiment import INJECTED as _INJECTED  # the builder's one list
 
 
 def _summary(obj: object) -> str:
@@ -43,7 +25,12 @@ def render_catalog() -> str:
             continue
         lines += [f"## {kind}", ""]
         for name, obj in entries:
-            lines += [f"### `{kind}: {name}`", "", _summary(obj) or "(no description)", ""]
+            lines += [
+                f"### `{kind}: {name}`",
+                "",
+                f"`{source_location(obj)}` — {_summary(obj) or '(no description)'}",
+                "",
+            ]
             fields = [f for f in component_fields(obj) if f.name not in _INJECTED]
             injected = [f.name for f in component_fields(obj) if f.name in _INJECTED]
             if fields:

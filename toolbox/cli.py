@@ -14,37 +14,19 @@ from pathlib import Path
 OVERRIDES_HELP = "Hydra-style overrides: group=option (model=tiny_llama), key=value (trainer.max_steps=50)"
 
 
-def _config(args: argparse.Namespace):
-    """The composed config: from --config FILE (a composed config.yaml) or composed anew, plus overrides."""
-    if getattr(args, "config", None):
-        from omegaconf import OmegaConf
+def _config(args: argparse.Namespace, validate: bool = True, **where: str | None):
+    """The composed config of a command (``--config`` and the overrides; ``toolbox.experiment.compose_run``)."""
+    from toolbox.experiment import compose_run
 
-        from toolbox.core.errors import ConfigError
-
-        path = Path(args.config)
-        if not path.is_file():
-            raise ConfigError(
-                f"--config: {path} does not exist; write one with `toolbox compose --out {path}`."
-            )
-        cfg = OmegaConf.load(path)
-        bad = [o for o in args.overrides if "=" not in o or o.split("=", 1)[0].startswith(("+", "~"))]
-        if bad:
-            raise ConfigError(f"with --config only key=value overrides apply; got {bad[0]!r}.")
-        return OmegaConf.merge(cfg, OmegaConf.from_dotlist(args.overrides))
-    from toolbox.experiment import load_config
-
-    return load_config(args.overrides)
+    return compose_run(args.overrides, getattr(args, "config", None), validate=validate, **where)
 
 
 def cmd_compose(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from toolbox.core.atomic import atomic_write_text
-    from toolbox.experiment import validate_config
 
-    cfg = _config(args)
-    validate_config(cfg)
-    text = OmegaConf.to_yaml(cfg, resolve=True)
+    text = OmegaConf.to_yaml(_config(args), resolve=True)
     if args.out:
         atomic_write_text(Path(args.out), text)
     else:
@@ -53,20 +35,9 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from toolbox.core.registries import LAUNCHERS
-    from toolbox.experiment import use_prepared_data, validate_config
+    from toolbox.launch.command import launch_config  # the same path as `toolbox launch`
 
-    cfg = _config(args)
-    if args.out:
-        cfg.run_dir = str(args.out)
-    if args.data:
-        use_prepared_data(cfg, args.data)
-    validate_config(cfg)
-    launcher = LAUNCHERS.build(cfg.launcher, "launcher")
-    metrics = launcher.launch(cfg)
-    if metrics is not None:
-        print(json.dumps({"run_dir": str(cfg.run_dir), **metrics}))
-    return 0
+    return launch_config(args)
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -74,7 +45,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from toolbox.experiment import ExperimentBuilder
 
     cfg = _config(args)
-    splits, tokenizer = ExperimentBuilder.from_config(cfg).build_data()
+    splits, tokenizer = ExperimentBuilder(cfg).build_data()
     out = write_prepared(Path(args.out), splits, tokenizer)
     print(json.dumps({"out": str(out), "train": len(splits.train), "test": len(splits.test)}))
     return 0
@@ -84,7 +55,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import atomic_write_text
     from toolbox.core.errors import ConfigError
     from toolbox.eval.run import evaluate_model
-    from toolbox.experiment import use_prepared_data
 
     if args.run:
         run = Path(args.run)
@@ -93,9 +63,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.config = args.config or str(run / "config.yaml")
     if not args.config:
         raise ConfigError("toolbox eval needs --run DIR (a trained run) or --config FILE with --model DIR.")
-    cfg = _config(args)
-    if args.data:
-        use_prepared_data(cfg, args.data)
+    cfg = _config(args, validate=False, data_dir=args.data)
     model = Path(args.model) if args.model else Path(args.run) / "model" if args.run else None
     if model is None:
         raise ConfigError("--model: which model folder to evaluate? (with --run it defaults to <run>/model)")
@@ -222,8 +190,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse, with a command's overrides allowed anywhere among its options.
+
+    ``toolbox train experiment=sft_arith --out DIR resume_from=auto``: argparse stops a positional
+    list at the first option, so the overrides after the options come back unparsed; they are
+    appended to ``overrides`` of every command that takes overrides (anything else stays an error).
+    """
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        if hasattr(args, "overrides") and not any(r.startswith("-") for r in rest):
+            args.overrides = [*args.overrides, *rest]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     from toolbox.core.errors import ToolboxError
 
     try:

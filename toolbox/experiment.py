@@ -108,9 +108,22 @@ class RunSettings:
     num_threads: int | None = None
 
 
+# What the builder injects (never set in a config): the one list that the builder, the validator
+# and the catalog read. A model gets the tokenizer's facts and the data facts its constructor
+# accepts; a new data fact (an environment's obs_dim, a graph's in_dim) is one line in DATA_FACTS,
+# and its source returns it in ``Splits.facts``.
+TOKENIZER_FACTS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id")
+DATA_FACTS = (
+    "in_dim",
+    "num_classes",
+    "obs_dim",
+    "num_actions",
+    "action_dim",
+)
+MODEL_FACTS = TOKENIZER_FACTS + DATA_FACTS
 # (config key, registry attribute, injected names) of every single-component node
 COMPONENT_NODES: tuple[tuple[str, str, frozenset[str]], ...] = (
-    ("model", "MODELS", frozenset()),
+    ("model", "MODELS", frozenset(MODEL_FACTS)),
     ("tokenizer", "TOKENIZERS", frozenset({"corpus"})),
     ("data.source", "SOURCES", frozenset()),
     ("data.dataset", "DATASETS", frozenset({"tokenizer"})),
@@ -123,6 +136,9 @@ COMPONENT_NODES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("launcher", "LAUNCHERS", frozenset()),
     ("engine", "ENGINES", frozenset({"model", "tokenizer"})),
 )
+TRAINER_INJECTED = frozenset({"parts"})
+#: every injected name: the catalog shows these apart from a component's config fields
+INJECTED: frozenset[str] = TRAINER_INJECTED.union(*(names for _, _, names in COMPONENT_NODES))
 # config key -> registry of nodes that are a mapping of label -> component spec
 COMPONENT_MAPS = (("callbacks", "CALLBACKS"), ("eval", "EVALUATORS"))
 TOP_LEVEL = {f.name for f in fields(RunSettings)}
@@ -141,16 +157,6 @@ GROUP_KEYS = {
     "engine",
     "eval",
 }
-MODEL_FACTS = (
-    "vocab_size",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "in_dim",
-    "num_classes",
-    "obs_dim",
-    "num_actions",
-)
 
 
 def _registry(attr: str):
@@ -167,6 +173,7 @@ def validate_config(cfg: DictConfig) -> None:
     """Check every key and type of a composed config before anything is built."""
     from toolbox.core.registry import validate_kwargs
 
+    _check_required(cfg)
     unknown = set(cfg.keys()) - TOP_LEVEL - GROUP_KEYS
     for key in sorted(unknown):
         close = difflib.get_close_matches(key, sorted(TOP_LEVEL | GROUP_KEYS), n=1)
@@ -194,7 +201,33 @@ def validate_config(cfg: DictConfig) -> None:
         raise ConfigError("trainer: no trainer selected; add trainer=supervised (see `toolbox catalog`).")
     cls = _registry("TRAINERS").get(trainer.get("name"), path="trainer.name")
     settings = {k: v for k, v in OmegaConf.to_container(trainer, resolve=True).items() if k != "name"}
-    validate_kwargs(cls, settings, "trainer", f"trainer '{trainer.name}'", frozenset({"parts"}))
+    validate_kwargs(cls, settings, "trainer", f"trainer '{trainer.name}'", TRAINER_INJECTED)
+
+
+def _check_required(cfg: DictConfig) -> None:
+    """A value a config file leaves as ``???`` must be given: name it, with its field's doc."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if not missing:
+        return
+    key = missing[0]
+    doc = ""
+    nodes = [(k, attr) for k, attr, _ in COMPONENT_NODES] + [("trainer", "TRAINERS")]
+    for node_key, attr in sorted(nodes, key=lambda n: -len(n[0])):
+        node = _node(cfg, node_key) if key.startswith(node_key + ".") else None
+        if node is None or "name" not in node:
+            continue
+        leaf = key[len(node_key) + 1 :]
+        try:
+            docs = {f.name: f.doc for f in _registry(attr).fields(node.name)}
+        except ConfigError:
+            break
+        kind = _registry(attr).kind
+        doc = f" ({kind} '{node.name}', {leaf}: {docs[leaf].rstrip('.')})" if docs.get(leaf) else ""
+        break
+    others = f" (also unset: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+    raise ConfigError(
+        f"{key} is required{doc}; set {key}=... on the command line or in the experiment{others}."
+    )
 
 
 # building -----------------------------------------------------------------------------------------
@@ -217,7 +250,14 @@ class Components:
     precision: Any
     callbacks: list = field(default_factory=list)
     evaluators: list = field(default_factory=list)
+    dataset: Any = None  # the dataset factory (its settings: max_length, field names)
+    reference_model: Any = None  # the frozen reference, when the trainer and the objective use one
+    engine: Any = None  # the inference engine, when the trainer generates (GRPO)
     trainer: Any = None
+
+    def release_reference(self) -> None:
+        """Drop the reference model (a trainer that precomputed all it needs from it frees its memory)."""
+        self.reference_model = None
 
     @property
     def test_records(self) -> Any:
@@ -257,7 +297,6 @@ class ExperimentBuilder:
             PRECISIONS,
             SCHEDULERS,
             STRATEGIES,
-            TRAINERS,
         )
 
         cfg = self.cfg
@@ -276,21 +315,22 @@ class ExperimentBuilder:
         train_data, eval_data = factory(splits.train), factory(splits.test)
         collator = COLLATORS.build(cfg.data.collator, "data.collator", tokenizer=tokenizer)
 
-        facts = {**_tokenizer_facts(tokenizer), **splits.facts}
+        facts = model_facts(tokenizer, splits.facts)
         seed_everything(cfg.seed)  # the model's init does not depend on what data building drew
         model = strategy.prepare_model(MODELS.build(cfg.model, "model", **facts))
-        trainer_cfg = cfg.trainer
+        trainer_cls, settings = trainer_settings(cfg)
         optimizer = OPTIMIZERS.build(cfg.optimizer, "optimizer", model=model)
         scheduler = (
             SCHEDULERS.build(
                 cfg.scheduler,
                 "scheduler",
                 optimizer=optimizer,
-                total_steps=int(trainer_cfg.get("max_steps", 1)),
+                total_steps=int(settings.get("max_steps", 1)),
             )
             if cfg.get("scheduler")
             else None
         )
+        objective = OBJECTIVES.build(cfg.objective, "objective")
         parts = Components(
             cfg=cfg,
             context=ctx,
@@ -300,7 +340,7 @@ class ExperimentBuilder:
             train_data=train_data,
             eval_data=eval_data,
             model=model,
-            objective=OBJECTIVES.build(cfg.objective, "objective"),
+            objective=objective,
             optimizer=optimizer,
             scheduler=scheduler,
             collator=collator,
@@ -309,13 +349,54 @@ class ExperimentBuilder:
                 CALLBACKS.build(s, f"callbacks.{k}") for k, s in (cfg.get("callbacks") or {}).items() if s
             ],
             evaluators=[EVALUATORS.build(s, f"eval.{k}") for k, s in (cfg.get("eval") or {}).items() if s],
+            dataset=factory,
         )
         if with_trainer:
-            settings = {
-                k: v for k, v in OmegaConf.to_container(trainer_cfg, resolve=True).items() if k != "name"
-            }
-            parts.trainer = TRAINERS.get(trainer_cfg.name).from_builder(parts, **settings)
+            if trainer_cls.uses_reference and objective.needs_reference:  # before any step or resume
+                from toolbox.trainer.reference import frozen_reference
+
+                parts.reference_model = frozen_reference(
+                    strategy.unwrap(model), settings.get("reference_path"), strategy.device
+                )
+            if trainer_cls.uses_engine:
+                parts.engine = self.build_engine(trainer_cls, settings, strategy.unwrap(model), tokenizer)
+            parts.trainer = trainer_cls.from_builder(parts, **settings)
         return parts
+
+    def build_engine(self, trainer_cls: Any, settings: dict[str, Any], policy: Any, tokenizer: Any) -> Any:
+        """The run's ``engine`` node (or the trainer's default) on the policy model; an engine with
+        a ``path`` loads its own copy of the weights (the trainer syncs them after each update)."""
+        from toolbox.core.registries import ENGINES
+
+        spec = self.cfg.get("engine")
+        if spec is None:
+            spec = trainer_cls.default_engine(settings)
+        if spec.get("path"):
+            return ENGINES.build(spec, "engine")
+        return ENGINES.build(spec, "engine", model=policy, tokenizer=tokenizer)
+
+
+def trainer_settings(cfg: DictConfig) -> tuple[Any, dict[str, Any]]:
+    """The trainer class and its settings: the config's, over the signature's defaults."""
+    from toolbox.core.registries import TRAINERS
+    from toolbox.core.registry import component_fields
+
+    node = cfg.trainer
+    cls = TRAINERS.get(node.get("name"), path="trainer.name")
+    given = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "name"}
+    defaults = {f.name: f.default for f in component_fields(cls) if not f.required}
+    return cls, {**{k: v for k, v in defaults.items() if k not in TRAINER_INJECTED}, **given}
+
+
+def model_facts(tokenizer: Any, data_facts: dict[str, Any]) -> dict[str, Any]:
+    """What the model may be given: the tokenizer's facts and the source's data facts (DATA_FACTS)."""
+    undeclared = sorted(set(data_facts) - set(DATA_FACTS))
+    if undeclared:
+        raise ConfigError(
+            f"data.source: the source reports the data fact(s) {', '.join(undeclared)}, which are not "
+            "declared; add them to DATA_FACTS in toolbox/experiment.py (one line each)."
+        )
+    return {**_tokenizer_facts(tokenizer), **data_facts}
 
 
 def _tokenizer_facts(tokenizer: Any) -> dict[str, Any]:
@@ -327,6 +408,42 @@ def _tokenizer_facts(tokenizer: Any) -> dict[str, Any]:
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
+
+
+def compose_run(
+    overrides: Sequence[str] = (),
+    config_file: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    validate: bool = True,
+) -> DictConfig:
+    """The config a stage runs with; ``toolbox compose``, ``train``, ``launch``, ``data`` and ``eval``
+    all come through here.
+
+    ``config_file`` (``--config``: a composed config.yaml) with key=value ``overrides`` on top, or a
+    config composed anew from the overrides; then ``run_dir`` (``--out``), ``data_dir`` (``--data``:
+    the output of ``toolbox data``) and, unless ``validate=False``, :func:`validate_config`.
+    """
+    overrides = list(overrides)
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(
+                f"--config: {path} does not exist; write one with `toolbox compose --out {path}`."
+            )
+        bad = [o for o in overrides if "=" not in o or o.split("=", 1)[0].startswith(("+", "~"))]
+        if bad:
+            raise ConfigError(f"with --config only key=value overrides apply; got {bad[0]!r}.")
+        cfg = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(overrides))
+    else:
+        cfg = load_config(overrides)
+    if run_dir:
+        cfg.run_dir = str(run_dir)
+    if data_dir:
+        use_prepared_data(cfg, data_dir)
+    if validate:
+        validate_config(cfg)
+    return cfg
 
 
 def use_prepared_data(cfg: DictConfig, data_dir: str | Path) -> DictConfig:

@@ -42,6 +42,16 @@ def test_unknown_name_lists_names_and_suggests(reg):
     assert "circle, square" in msg
 
 
+def test_unknown_name_names_the_file_of_the_closest_match():
+    from toolbox.core.registries import OPTIMIZERS
+    from toolbox.trainer import optim
+
+    line = optim.adamw.__code__.co_firstlineno  # the decorator's line
+    with pytest.raises(UnknownComponentError) as e:
+        OPTIMIZERS.get("adamv", path="optimizer.name")
+    assert f"Did you mean 'adamw'? It is defined in toolbox/trainer/optim.py:{line}." in str(e.value)
+
+
 def test_misspelt_key_names_path_and_valid_keys(reg):
     @reg.register("box")
     def box(width: int = 1, height: int = 1):

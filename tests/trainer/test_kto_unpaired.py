@@ -113,7 +113,8 @@ def test_precomputed_reference_gives_the_same_step(kto_overrides):
     live = _build([*kto_overrides, "trainer.max_steps=1"])
     pre = _build([*kto_overrides, "trainer.max_steps=1", "trainer.precompute_ref_logprobs=true"])
     pre.trainer.setup()
-    assert "ref_logps" in pre.train_data[0] and "ref_logps" in pre.eval_data[0]
+    assert "ref_logps" in pre.trainer.train_examples[0] and "ref_logps" in pre.trainer.eval_examples[0]
+    assert "ref_logps" not in pre.train_data[0]  # the data set's records are not written into
     assert pre.trainer.reference is not None  # kept for the mismatched rows, which change per batch
     reference = CountingForward(pre.trainer.reference)
     a, b = live.trainer.train_step(), pre.trainer.train_step()

@@ -95,7 +95,9 @@ def test_precomputed_reference_gives_the_same_step(pref_overrides):
     live = _build([*pref_overrides, "trainer.max_steps=1"])
     pre = _build([*pref_overrides, "trainer.max_steps=1", "trainer.precompute_ref_logprobs=true"])
     pre.trainer.setup()
-    assert pre.trainer.reference is None and "ref_chosen_logps" in pre.train_data[0]
+    assert pre.trainer.reference is None and pre.reference_model is None  # freed
+    assert "ref_chosen_logps" in pre.trainer.train_examples[0]
+    assert "ref_chosen_logps" not in pre.train_data[0]  # the data set's records are not written into
     policy = CountingForward(pre.model)
     a, b = live.trainer.train_step(), pre.trainer.train_step()
     assert policy.calls == 1

@@ -118,3 +118,36 @@ def test_every_checkpoint_corrupt_is_an_error(tiny_overrides, tmp_path):
     resumed = _build([*run, "resume_from=auto"])
     with pytest.raises(CheckpointError, match="no usable checkpoint"):
         resumed.trainer.fit()
+
+
+def test_failed_resume_leaves_config_yaml_as_it_was(tiny_overrides, tmp_path):
+    run = [*tiny_overrides, *STEPS, "trainer.max_steps=10", f"run_dir={tmp_path / 'e'}"]
+    _build(run).trainer.fit()
+    config = tmp_path / "e" / "config.yaml"
+    before = config.read_text()
+    for state in (tmp_path / "e" / "checkpoints").glob("*/state.pt"):
+        os.truncate(state, 100)
+    resumed = _build([*run, "resume_from=auto", "optimizer.lr=0.005"])
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        resumed.trainer.fit()
+    assert config.read_text() == before and "lr: 0.005" not in before  # not the failed run's config
+
+
+def _snapshot(root):
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_resuming_a_finished_run_changes_nothing(tiny_overrides, tmp_path):
+    """A finished run (final checkpoint at max_steps) resumed: no step, no metrics line, no file
+    rewritten, so Snakemake and `dvc status` see no change; fit returns the final evaluation."""
+    run = [*tiny_overrides, *STEPS, "trainer.max_steps=10", f"run_dir={tmp_path / 'f'}"]
+    final = _build(run).trainer.fit()
+    before = _snapshot(tmp_path / "f")
+    assert any(p.name == "metrics.jsonl" for p in before) and any(p.name == "config.yaml" for p in before)
+    resumed = _build([*run, "resume_from=auto"])
+    steps = []
+    resumed.trainer.bus.subscribe(Event.STEP_END, steps.append)
+    again = resumed.trainer.fit()
+    assert steps == [] and resumed.trainer.step == 10
+    assert again == final and "eval/loss" in again
+    assert _snapshot(tmp_path / "f") == before

@@ -92,7 +92,11 @@ class Registry:
         if name not in self._entries:
             names = self.names()
             close = difflib.get_close_matches(str(name), names, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+            hint = (
+                f" Did you mean '{close[0]}'? It is defined in {source_location(self._entries[close[0]])}."
+                if close
+                else ""
+            )
             where = f"{path}: " if path else ""
             raise UnknownComponentError(
                 f"{where}unknown {self.kind} '{name}'.{hint} Valid {self.kind} names: "
@@ -157,6 +161,34 @@ class Registry:
     @classmethod
     def all(cls) -> dict[str, Registry]:
         return dict(sorted(cls._all.items()))
+
+
+def source_location(obj: Any) -> str:
+    """``path/to/module.py:line`` of a component's definition, the path relative to the folder
+    holding its top-level package (``toolbox/trainer/optim.py:21``)."""
+    import sys
+    from pathlib import Path
+
+    target = inspect.unwrap(obj)
+    try:
+        file = Path(inspect.getsourcefile(target) or "")
+        line = inspect.getsourcelines(target)[1]
+    except (OSError, TypeError):
+        return getattr(target, "__module__", "?")
+    top = sys.modules.get((getattr(target, "__module__", "") or "").split(".")[0])
+    base = Path(top.__file__).parent.parent if top is not None and getattr(top, "__file__", None) else None
+    try:
+        shown = file.resolve().relative_to(base.resolve()) if base else file
+    except ValueError:
+        shown = file
+    return f"{shown.as_posix()}:{line}"
+
+
+def registered_name(obj: Any) -> str:
+    """The name a component (an instance, or its class or factory) is registered under, else its
+    class name."""
+    target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
+    return getattr(target, "_registry_name", target.__name__)
 
 
 # helpers ----------------------------------------------------------------------------------------

@@ -53,23 +53,33 @@ def parse_sweep(specs: list[str]) -> list[list[str]]:
     return [list(combo) for combo in itertools.product(*axes)]
 
 
-def cmd_launch(args: argparse.Namespace) -> int:
-    from toolbox.cli import _config
+def compose_args(args: argparse.Namespace, extra: list[str] | None = None):
+    """The validated config of ``toolbox train`` / ``toolbox launch`` (overrides, ``--config``,
+    ``--out``, ``--data``): the one compose-validate path of both."""
+    from toolbox.experiment import compose_run
+
+    return compose_run([*args.overrides, *(extra or [])], args.config, run_dir=args.out, data_dir=args.data)
+
+
+def launch_config(args: argparse.Namespace) -> int:
+    """``toolbox train``: compose, validate, run through the configured launcher (waiting for it)."""
     from toolbox.core.registries import LAUNCHERS
-    from toolbox.experiment import use_prepared_data, validate_config
+
+    cfg = compose_args(args)
+    metrics = LAUNCHERS.build(cfg.launcher, "launcher").launch(cfg)
+    if metrics is not None:
+        print(json.dumps({"run_dir": str(cfg.run_dir), **metrics}))
+    return 0
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from toolbox.core.registries import LAUNCHERS
     from toolbox.launch import LaunchError
 
     def compose(extra: list[str]):
-        ns = argparse.Namespace(**{**vars(args), "overrides": [*args.overrides, *extra]})
-        cfg = _config(ns)
-        if args.out:
-            cfg.run_dir = str(args.out)
-        if args.data:
-            use_prepared_data(cfg, args.data)
-        return cfg
+        return compose_args(args, extra)
 
     cfg = compose([])
-    validate_config(cfg)
     launcher = LAUNCHERS.build(cfg.launcher, "launcher")
     try:
         if args.sweep:
@@ -92,16 +102,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace, base, compose, launcher) -> int:
     from toolbox.core.atomic import atomic_write_text
-    from toolbox.experiment import validate_config
     from toolbox.launch import LaunchError
 
     combos = parse_sweep(args.sweep)
     root = Path(base.run_dir) / "sweep"
     cfgs = []
     for i, combo in enumerate(combos):
-        cfg = compose(combo)
+        cfg = compose(combo)  # validated
         cfg.run_dir = str(root / f"{i:03d}")
-        validate_config(cfg)
         cfgs.append(cfg)
     listing = [{"run_dir": str(c.run_dir), "overrides": combo} for c, combo in zip(cfgs, combos, strict=True)]
     atomic_write_text(root / "sweep.json", json.dumps(listing, indent=2) + "\n")

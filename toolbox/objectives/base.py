@@ -21,7 +21,20 @@ class LossOutput:
 
 
 class Objective(ABC):
+    """The base of every objective. What an objective needs from its trainer is declared here, once,
+    with its default; an objective class (or its instance, from its settings) overrides what differs.
+    A trainer computes exactly what is declared and probes nothing else.
+    """
+
     family: str = "objective"
+    #: the frozen reference's log-probs (DPO and kin; a policy loss with beta > 0)
+    needs_reference: bool = False
+    #: the per-token entropy, with grad (a policy loss with an entropy bonus)
+    needs_entropy: bool = False
+    #: log-probs of mismatched (prompt, completion) pairs: KTO's KL reference point
+    needs_kl_pairs: bool = False
+    #: a value estimate per state (actor-critic losses)
+    needs_value_head: bool = False
 
 
 class SupervisedObjective(Objective):
@@ -39,9 +52,20 @@ class SupervisedObjective(Objective):
 
 
 class PreferenceObjective(Objective):
-    """Scores chosen vs rejected log-probabilities (under policy and reference)."""
+    """Scores chosen vs rejected log-probabilities (under policy and reference).
+
+    ``inputs`` says what it scores: ``"logps"`` (a causal LM's completion log-probs) or ``"scores"``
+    (a sequence classifier's scalar per sequence); ``unpaired`` whether it also trains on unpaired
+    (prompt, completion, label) examples. ``check_examples`` looks at the training examples once
+    before training (KTO warns about unbalanced labels); the default accepts any.
+    """
 
     family = "preference"
+    inputs: str = "logps"
+    unpaired: bool = False
+
+    def check_examples(self, examples: Any) -> None:
+        """Called once with the training examples before the first step."""
 
 
 class PolicyObjective(Objective):

@@ -10,6 +10,7 @@ over the *completion* tokens (the prompt is not part of them)::
         old_logprobs=old_logps,        # the sampling policy's (None: ratio 1) [B, T]
         ref_logprobs=ref_logps,        # frozen reference (when beta > 0)      [B, T]
         entropy=entropy,               # per-token entropy (when entropy_coef) [B, T]
+        max_completion_length=16,      # the sampler's token limit (dr_grpo's L, unless set)
     )
     out = objective(batch)             # LossOutput: loss_sum / num_items is the loss
     (out.loss_sum / out.num_items).backward()
@@ -52,6 +53,7 @@ class PolicyBatch:
     old_logprobs: Tensor | None = None
     ref_logprobs: Tensor | None = None
     entropy: Tensor | None = None
+    max_completion_length: int | None = None  # the rollout's limit: dr_grpo's L when the objective sets none
 
 
 def aggregate(
@@ -97,7 +99,8 @@ class ClippedPolicyLoss(PolicyObjective):
         beta: weight of the per-token KL to the frozen reference (0: no reference model needed).
         kl_estimator: k1, k2 or k3 (see objectives/kl.py).
         entropy_coef: weight of the entropy bonus (the loss subtracts coef × mean token entropy).
-        max_completion_length: L of dr_grpo's normaliser; null uses the batch's completion width.
+        max_completion_length: L of dr_grpo's normaliser; null uses the batch's
+            ``max_completion_length`` (the trainer's sampling limit), else its completion width.
         delta: optional upper bound on the unclipped ratio (two-sided clipping, INTELLECT-2).
     """
 
@@ -169,7 +172,10 @@ class ClippedPolicyLoss(PolicyObjective):
                 kl_estimate(logps.detach(), batch.ref_logprobs, self.kl_estimator), mask
             ).item()
         per_token = per_token.expand_as(mask) if per_token.shape != mask.shape else per_token
-        loss_sum, count = aggregate(per_token, mask, self.loss_type, self.max_completion_length)
+        length = self.max_completion_length
+        loss_sum, count = aggregate(
+            per_token, mask, self.loss_type, batch.max_completion_length if length is None else length
+        )
         metrics["policy_loss"] = (loss_sum.detach() / count).item()
         if batch.entropy is not None:
             entropy = masked_mean(batch.entropy, mask)

@@ -27,7 +27,9 @@ tensors.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +38,8 @@ from torch import Tensor
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import OBJECTIVES
 from toolbox.objectives.base import LossOutput, PreferenceObjective
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,10 +78,7 @@ def reward_metrics(chosen_rewards: Tensor, rejected_rewards: Tensor) -> dict[str
 class PairLoss(PreferenceObjective):
     """Base of the paired losses: ``losses(x) -> (per-pair loss, chosen rewards, rejected rewards)``."""
 
-    needs_reference: bool = True
-    needs_kl_pairs: bool = False
-    inputs: str = "logps"
-    unpaired: bool = False
+    needs_reference = True
 
     def __init__(self, beta: float = 0.1) -> None:
         if beta <= 0:
@@ -324,6 +325,30 @@ class KTOLoss(PairLoss):
         self.desirable_weight = desirable_weight
         self.undesirable_weight = undesirable_weight
 
+    def check_examples(self, examples: Any) -> None:
+        """TRL's advice when desirable and undesirable examples are unbalanced (KTO paper, eq. 8)."""
+        if not examples or "label" not in examples[0]:
+            return  # pairs: as many desirable (chosen) as undesirable (rejected) completions
+        wd, wu = self.desirable_weight, self.undesirable_weight
+        n_good = max(sum(bool(ex.get("label")) for ex in examples), 1)
+        n_bad = max(len(examples) - n_good, 1)
+        if n_good == n_bad:
+            return
+        d_low, d_high = round(n_bad * wu / n_good, 2), round(n_bad * wu / n_good * 1.33, 2)
+        u_low, u_high = round(n_good * wd / n_bad / 1.33, 2), round(n_good * wd / n_bad, 2)
+        if not (d_low <= wd <= d_high or u_low <= wu <= u_high):
+            log.warning(
+                "KTO: %d desirable and %d undesirable training examples, and the weights are outside the "
+                "recommended range; set EITHER objective.desirable_weight in [%s, %s] OR "
+                "objective.undesirable_weight in [%s, %s].",
+                n_good,
+                n_bad,
+                d_low,
+                d_high,
+                u_low,
+                u_high,
+            )
+
     def __call__(self, x: PreferenceLogps) -> LossOutput:
         if x.desirable is None:
             return super().__call__(x)
@@ -369,8 +394,6 @@ class BradleyTerryLoss(PreferenceObjective):
             (Eisenstein et al. 2023); 0 disables it.
     """
 
-    needs_reference = False
-    needs_kl_pairs = False
     inputs = "scores"
 
     def __init__(self, center_rewards_coefficient: float = 0.0) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from toolbox.core.errors import ToolboxError
 
@@ -83,11 +83,57 @@ class StreamDelta:
     top_logprobs: list[dict[int, float]] | None = None  # one per token when params.top_logprobs
 
 
+class RequestHandle(Protocol):
+    """A request queued with :meth:`InferenceEngine.submit_request`: wait, stream or cancel it."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+
+    def result(self, timeout: float | None = None) -> RequestOutput:
+        """Block until the request finishes (any thread); its output or the error that ended it."""
+        ...
+
+    async def wait(self) -> RequestOutput:
+        """Await the output (cancelling the awaiting task cancels the request)."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[StreamDelta]:
+        """The deltas as they are generated (handles submitted with ``stream=True`` in a loop)."""
+        ...
+
+    def cancel(self) -> None: ...
+
+
 class InferenceEngine(ABC):
     """Generate from prompts (text or token ids); chat; stream; update weights; shut down."""
 
     tokenizer: Any
     max_model_len: int | None = None  # longest prompt + completion, where the engine knows it
+    model: Any = None  # the in-process model it generates with (None: weights held elsewhere)
+    #: whether :meth:`submit_request` queues single requests into a running batch (continuous batching)
+    supports_submit: bool = False
+
+    def submit_request(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams,
+        *,
+        request_id: str | None = None,
+        stream: bool = True,
+        queue_limit: bool = True,
+    ) -> RequestHandle:
+        """Queue one request (thread-safe) where ``supports_submit``; it joins the running batch at
+        the next step. ``queue_limit=False`` admits it even when the queue is full (a trainer's
+        rollout, which waits for all its requests anyway). Raises ``QueueFullError``,
+        ``PromptTooLongError`` or ``ValueError`` for a request the engine cannot take now or at all.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has no per-request submission (supports_submit is false); use generate"
+        )
+
+    def shares_model(self, model: Any) -> bool:
+        """Whether the engine generates with ``model`` itself (then weights need no copying)."""
+        return self.model is not None and self.model is model
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         """The token ids the engine generates from: text is tokenized (with the tokenizer's specials)."""

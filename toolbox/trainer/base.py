@@ -2,7 +2,8 @@
 
 ::
 
-    _prepare_run   write config.yaml · resume (resume_from=auto) · setup()
+    _prepare_run   resume (resume_from=auto) · write config.yaml · setup()
+                   (a failed resume writes nothing; a resumed FINISHED run returns at once)
     loop:
       STEP_START → train_step() → STEP_END(metrics)     # subclasses customise train_step
       every eval_every → evaluate() → EVAL_END
@@ -10,12 +11,38 @@
     _finish        final eval · final checkpoint · FIT_END
 
 The loop never logs and never writes metrics: it emits events, and callbacks observe them.
+
+The optimizer step (what a subclass's ``train_step`` calls)
+------------------------------------------------------------
+
+A ``train_step`` computes its losses and calls two methods of the base, which own everything
+between a loss and the updated weights, once for every trainer::
+
+    for micro_batch in ...:
+        out = objective(...)                       # a loss summed over out.num_items items
+        self.backward(out.loss_sum)                # precision-aware (fp16's GradScaler scales)
+        loss_sum += out.loss_sum.item(); items += out.num_items
+    metrics = self.optimizer_step(loss_sum, items) # {"loss", "lr", "grad_norm"}
+
+``optimizer_step(loss_sum, num_items, params=None)`` divides the summed gradients by the global
+item count (all micro-batches, all ranks: ``world_size / global_items``, as DDP averages over
+ranks), unscales (fp16), clips the global norm to ``max_grad_norm`` (0: no clipping, the norm is
+still reported), steps the optimizer and zeroes the gradients. It returns ``loss`` (the summed
+loss of all ranks over the global item count), the ``lr`` the step used and ``grad_norm``. A
+trainer whose loss is already a mean (GRPO's minibatch loss) passes ``num_items=1`` and the mean
+as ``loss_sum``: the gradients are left as they are. ``params`` defaults to the model's trainable
+parameters. The scheduler steps once per ``train_step`` (after it), in ``fit``, however many
+optimizer steps the train step took. ``with self.eval_mode(module):`` runs a block with a
+module in eval mode and restores its mode. The frozen reference model (``parts.reference_model``)
+is built by the ``ExperimentBuilder`` like every other component; a trainer only reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +52,7 @@ from toolbox.core.atomic import atomic_write_text
 from toolbox.core.device import rng_state, set_rng_state
 from toolbox.core.errors import CheckpointError, ConfigError
 from toolbox.core.events import Event, EventBus
+from toolbox.core.registry import registered_name
 from toolbox.objectives.base import Objective
 from toolbox.trainer.checkpoint import Checkpointer
 
@@ -37,6 +65,10 @@ log = logging.getLogger(__name__)
 class BaseTrainer(ABC):
     #: the objective family this trainer accepts
     objective_family: type[Objective] = Objective
+    #: the builder makes ``parts.reference_model`` when this is set and the objective needs_reference
+    uses_reference: bool = False
+    #: the builder makes ``parts.engine`` (the run's ``engine`` node, else ``default_engine``)
+    uses_engine: bool = False
 
     def __init__(
         self,
@@ -44,6 +76,7 @@ class BaseTrainer(ABC):
         max_steps: int = 100,
         eval_every: int = 0,
         save_every: int = 0,
+        max_grad_norm: float = 1.0,
     ) -> None:
         if max_steps < 1:
             raise ConfigError(f"trainer.max_steps: must be at least 1, got {max_steps}.")
@@ -62,6 +95,10 @@ class BaseTrainer(ABC):
         self.max_steps = max_steps
         self.eval_every = eval_every
         self.save_every = save_every
+        self.max_grad_norm = max_grad_norm
+        self._params = (
+            [p for p in self.model.parameters() if p.requires_grad] if self.model is not None else []
+        )
         self.step = 0
         self.should_stop = False
         self.stop_reason: str | None = None
@@ -81,39 +118,60 @@ class BaseTrainer(ABC):
             valid = [
                 n for n, obj in OBJECTIVES if isinstance(obj, type) and issubclass(obj, cls.objective_family)
             ]
-            name = getattr(type(parts.objective), "_registry_name", type(parts.objective).__name__)
+            name = registered_name(parts.objective)
             raise ConfigError(
                 f"objective: '{name}' is a {parts.objective.family} objective, but trainer "
-                f"'{getattr(cls, '_registry_name', cls.__name__)}' needs a {cls.objective_family.family} "
+                f"'{registered_name(cls)}' needs a {cls.objective_family.family} "
                 f"objective: choose one of {', '.join(valid) or '(none registered)'}."
             )
         return cls(parts, **settings)
 
+    @classmethod
+    def default_engine(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The engine spec of a trainer that ``uses_engine`` when the run selects none."""
+        return {"name": "torch"}
+
     # the skeleton ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
-        resumed_from = self._prepare_run()
-        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=resumed_from)
-        while self.step < self.max_steps and not self.should_stop:
-            self.bus.emit(Event.STEP_START, self, self.step + 1)
-            metrics = self.train_step()
-            self.step += 1
-            self.bus.emit(Event.STEP_END, self, self.step, metrics)
-            if self.eval_every and self.step % self.eval_every == 0 and self.step < self.max_steps:
-                self._evaluate()
-            if self.save_every and self.step % self.save_every == 0 and self.step < self.max_steps:
-                self.save_checkpoint()
-            if self.context.world_size > 1:  # one rank's stop request (early stopping) stops them all
-                self.should_stop = self.strategy.all_reduce_sum(float(self.should_stop)) > 0
-        return self._finish()
+        try:
+            resumed_from = self._prepare_run()
+            if resumed_from is not None and self.step >= self.max_steps:
+                # resumed from its final checkpoint: nothing to train, so nothing is written or appended
+                log.info("the run in %s finished at step %d; nothing to do", self.context.run_dir, self.step)
+                self.strategy.barrier()
+                return dict(self.last_eval)
+            self.bus.emit(Event.FIT_START, self, self.step, resumed_from=resumed_from)
+            while self.step < self.max_steps and not self.should_stop:
+                self.bus.emit(Event.STEP_START, self, self.step + 1)
+                metrics = self.train_step()
+                if (
+                    self.scheduler is not None
+                ):  # once per train step, after it: the step used the lr it reports
+                    self.scheduler.step()
+                self.step += 1
+                self.bus.emit(Event.STEP_END, self, self.step, metrics)
+                if self.eval_every and self.step % self.eval_every == 0 and self.step < self.max_steps:
+                    self._evaluate()
+                if self.save_every and self.step % self.save_every == 0 and self.step < self.max_steps:
+                    self.save_checkpoint()
+                if self.context.world_size > 1:  # one rank's stop request (early stopping) stops them all
+                    self.should_stop = self.strategy.all_reduce_sum(float(self.should_stop)) > 0
+            return self._finish()
+        finally:
+            self.teardown()
 
     def _prepare_run(self) -> int | None:
+        """Resume, then write config.yaml and call ``setup``: a resume that fails (no usable
+        checkpoint) leaves the run's files as they were, and a finished run is not touched."""
+        resumed_from = self._resume(self.cfg.get("resume_from"))
+        if resumed_from is not None and self.step >= self.max_steps:
+            return resumed_from
         run_dir = Path(self.context.run_dir)
         if self.context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             from omegaconf import OmegaConf
 
             atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
-        resumed_from = self._resume(self.cfg.get("resume_from"))
         self.setup()
         return resumed_from
 
@@ -137,9 +195,65 @@ class BaseTrainer(ABC):
     def setup(self) -> None:
         """Called once after resuming, before the first step."""
 
+    def teardown(self) -> None:
+        """Called once when ``fit`` ends, however it ends (release engines, threads)."""
+
     @abstractmethod
     def train_step(self) -> dict[str, float]:
         """One optimizer step; return its metrics."""
+
+    # the optimizer step ----------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate ``loss`` (scaled by fp16's GradScaler when there is one)."""
+        scaler = self.precision.scaler
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+
+    def optimizer_step(
+        self, loss_sum: float, num_items: float, params: Iterable[torch.nn.Parameter] | None = None
+    ) -> dict[str, float]:
+        """Normalise, unscale, clip, step and zero the gradients summed by :meth:`backward`.
+
+        ``loss_sum`` and ``num_items`` are this rank's, over all micro-batches of the step; see the
+        module docstring. Returns ``loss`` (all ranks), ``lr`` (the one used) and ``grad_norm``.
+        """
+        params = self._params if params is None else list(params)
+        global_items = self.strategy.all_reduce_sum(float(num_items))
+        scale = self.context.world_size / max(global_items, 1.0)  # DDP averages over ranks
+        if scale != 1.0:
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                torch._foreach_mul_(grads, scale)
+        scaler = self.precision.scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
+        grad_norm = self.clip_gradients(params)
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            self.optimizer.step()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.strategy.all_reduce_sum(float(loss_sum)) / max(global_items, 1.0)
+        return {"loss": loss, "lr": lr, "grad_norm": grad_norm}
+
+    def clip_gradients(self, params: list[torch.nn.Parameter]) -> float:
+        """Clip the global gradient norm to ``max_grad_norm`` (0: no clipping); return the norm."""
+        if self.max_grad_norm and self.max_grad_norm > 0:
+            return float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        norms = [p.grad.detach().norm() for p in params if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+    @contextlib.contextmanager
+    def eval_mode(self, module: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
+        """Run a block with ``module`` (default: the unwrapped model) in eval mode, then restore its mode."""
+        module = self.strategy.unwrap(self.model) if module is None else module
+        was_training = module.training
+        module.eval()
+        try:
+            yield module
+        finally:
+            module.train(was_training)
 
     def extra_state(self) -> dict[str, Any]:
         """Subclass state to checkpoint (data position, reference models, ...)."""
@@ -151,13 +265,10 @@ class BaseTrainer(ABC):
     # evaluation -----------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         metrics: dict[str, float] = {}
-        model = self.strategy.unwrap(self.model)
-        was_training = model.training
-        model.eval()
-        with torch.random.fork_rng(devices=[]), torch.no_grad():  # eval never moves the train RNG
+        # eval never moves the train RNG
+        with self.eval_mode(), torch.random.fork_rng(devices=[]), torch.no_grad():
             for evaluator in self.evaluators:
                 metrics.update(evaluator(self.parts))
-        model.train(was_training)
         return metrics
 
     def _evaluate(self) -> None:
@@ -176,6 +287,7 @@ class BaseTrainer(ABC):
                 type(cb).__name__: cb.state_dict() for cb in self.callbacks if hasattr(cb, "state_dict")
             },
             "extra": self.extra_state(),
+            "last_eval": dict(self.last_eval),  # what fit() returns when a finished run is resumed
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -187,6 +299,7 @@ class BaseTrainer(ABC):
             if hasattr(cb, "load_state_dict") and type(cb).__name__ in state["callbacks"]:
                 cb.load_state_dict(state["callbacks"][type(cb).__name__])
         self.load_extra_state(state["extra"])
+        self.last_eval = dict(state.get("last_eval") or {})
         set_rng_state(self.strategy.rank_rng_state(state))
 
     def save_checkpoint(self) -> Path | None:

@@ -17,16 +17,18 @@ One ``train_step`` is one rollout round::
               parameters are the engine's, nothing is copied); any other engine gets
               ``update_weights`` with the trained parameters after each optimizer step
 
-The engine is built from the run's ``engine`` config node (``engine=torch``, ``engine=hf``, ...)
-with the policy model and tokenizer injected; without one, the torch engine on the shared model.
-The scheduler steps once per round (its ``total_steps`` is ``max_steps``). Metrics: per reward
+The ``ExperimentBuilder`` builds the engine (``parts.engine``) from the run's ``engine`` config
+node (``engine=torch``, ``engine=hf``, ...) with the policy model and tokenizer injected, without
+one the torch engine on the shared model (``default_engine``), and the frozen reference
+(``parts.reference_model``) when the objective needs it. Each optimizer step is the base's
+(``optimizer_step`` with the minibatch's mean loss); the scheduler steps once per round (its
+``total_steps`` is ``max_steps``). Metrics: per reward
 component mean/std/errors, reward mean/std, KL to the reference (when it exists), clip fractions,
 entropy, completion lengths, rollout / reward / update / sync seconds and rollout tokens per second.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import time
@@ -37,12 +39,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from toolbox.core.errors import ConfigError
-from toolbox.core.registries import ADVANTAGES, ENGINES, TRAINERS
+from toolbox.core.registries import ADVANTAGES, TRAINERS
 from toolbox.data.loader import BatchLoader
 from toolbox.objectives.base import PolicyObjective
 from toolbox.objectives.logprobs import token_logprobs
 from toolbox.objectives.policy import PolicyBatch
 from toolbox.rewards.composite import CompositeReward
+from toolbox.rl.advantages import GroupEstimator
 from toolbox.rl.rollouts import TextRollout
 from toolbox.serving.engine import SamplingParams
 from toolbox.trainer.base import BaseTrainer
@@ -93,6 +96,8 @@ class GRPOTrainer(BaseTrainer):
     """
 
     objective_family = PolicyObjective
+    uses_reference = True
+    uses_engine = True
 
     def __init__(
         self,
@@ -119,7 +124,13 @@ class GRPOTrainer(BaseTrainer):
         prompt_field: str = "prompt",
         seed_sampling: bool = True,
     ) -> None:
-        super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
+        super().__init__(
+            parts,
+            max_steps=max_steps,
+            eval_every=eval_every,
+            save_every=save_every,
+            max_grad_norm=max_grad_norm,
+        )
         rows = prompts_per_step * num_generations
         if prompts_per_step < 1 or num_generations < 1 or max_completion_length < 1 or ppo_epochs < 1:
             raise ConfigError(
@@ -140,16 +151,13 @@ class GRPOTrainer(BaseTrainer):
         self.top_p = top_p
         self.top_k = top_k
         self.ppo_epochs = ppo_epochs
-        self.max_grad_norm = max_grad_norm
         self.mask_truncated = mask_truncated_completions
         self.prompt_field = prompt_field
         self.seed_sampling = seed_sampling
         self.reward = CompositeReward(rewards or DEFAULT_REWARDS, on_error=reward_on_error)
         self.advantage = ADVANTAGES.build(advantage or {"name": "group_norm"}, "trainer.advantage")
-        if not callable(self.advantage) or type(self.advantage).__name__ == "GAE":
+        if not isinstance(self.advantage, GroupEstimator):
             raise ConfigError("trainer.advantage: choose a group estimator (group_norm, rloo, reinforce_pp).")
-        if getattr(self.objective, "max_completion_length", 0) is None:
-            self.objective.max_completion_length = max_completion_length  # dr_grpo's normaliser
         ctx = self.context
         self.loader = BatchLoader(
             parts.train_data,
@@ -160,33 +168,17 @@ class GRPOTrainer(BaseTrainer):
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.policy = self.strategy.unwrap(self.model)
-        self.engine = self._build_engine(rows)
-        self.shared_engine = getattr(self.engine, "model", None) is self.policy
-        self.needs_reference = bool(getattr(self.objective, "needs_reference", False))
-        self.reference = self._build_reference(reference_path) if self.needs_reference else None
+        self.engine = parts.engine  # built by the ExperimentBuilder on the policy (uses_engine)
+        self.shared_engine = self.engine is not None and self.engine.shares_model(self.policy)
+        self.needs_reference = self.objective.needs_reference
+        self.reference = parts.reference_model if self.needs_reference else None  # (uses_reference)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
-    # parts ----------------------------------------------------------------------------------------
-    def _build_engine(self, rows: int) -> Any:
-        spec = self.cfg.get("engine")
-        if spec is None:
-            spec = {"name": "torch", "max_batch_size": rows}
-        if spec.get("path"):  # an engine with its own copy of the weights: synced after each update
-            return ENGINES.build(spec, "engine")
-        return ENGINES.build(spec, "engine", model=self.policy, tokenizer=self.tokenizer)
-
-    def _build_reference(self, path: str | None) -> torch.nn.Module:
-        if path:
-            from transformers import AutoModelForCausalLM
-
-            reference = AutoModelForCausalLM.from_pretrained(path)
-        else:
-            reference = copy.deepcopy(self.policy)
-        reference.to(self.strategy.device).eval()
-        reference.requires_grad_(False)
-        return reference
+    @classmethod
+    def default_engine(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """Without an ``engine`` node: the torch engine on the policy, one slot per rollout row."""
+        return {"name": "torch", "max_batch_size": settings["prompts_per_step"] * settings["num_generations"]}
 
     # one round ------------------------------------------------------------------------------------
     def _prompt_ids(self, example: dict[str, Any]) -> list[int]:
@@ -198,8 +190,6 @@ class GRPOTrainer(BaseTrainer):
     @torch.no_grad()
     def rollout(self, examples: list[dict[str, Any]]) -> TextRollout:
         """Sample ``num_generations`` completions per example and build the rollout (no rewards yet)."""
-        was_training = self.policy.training
-        self.policy.eval()
         base = SamplingParams(
             max_tokens=self.max_completion_length,
             temperature=self.temperature,
@@ -209,20 +199,20 @@ class GRPOTrainer(BaseTrainer):
         )
         prompt_ids = [self._prompt_ids(ex) for ex in examples]
         round_seed = (self.context.seed * 1_000_003 + self.step * 10_007) % 2**62
-        if self.seed_sampling and hasattr(self.engine, "submit"):
-            # one request per prompt, each with its own seed, all in the running batch at once
-            handles = [
-                self.engine.submit(
-                    ids, replace(base, seed=round_seed + i), stream=False, _bypass_queue_limit=True
+        with self.eval_mode(self.policy):
+            if self.seed_sampling and self.engine.supports_submit:
+                # one request per prompt, each with its own seed, all in the running batch at once
+                handles = [
+                    self.engine.submit_request(
+                        ids, replace(base, seed=round_seed + i), stream=False, queue_limit=False
+                    )
+                    for i, ids in enumerate(prompt_ids)
+                ]
+                results = [h.result() for h in handles]
+            else:
+                results = self.engine.generate(
+                    prompt_ids, replace(base, seed=round_seed) if self.seed_sampling else base
                 )
-                for i, ids in enumerate(prompt_ids)
-            ]
-            results = [h.result() for h in handles]
-        else:
-            results = self.engine.generate(
-                prompt_ids, replace(base, seed=round_seed) if self.seed_sampling else base
-            )
-        self.policy.train(was_training)
         keys = [k for k in examples[0] if k not in ("prompt_ids",)]
         fields = {k: [ex.get(k) for ex in examples] for k in keys}
         return TextRollout.from_outputs(
@@ -291,13 +281,12 @@ class GRPOTrainer(BaseTrainer):
         generator = torch.Generator().manual_seed(self.context.seed * 7919 + self.step)
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
-        grad_norms, losses, sync_time = [], [], 0.0
+        grad_norms, losses, sync_time, lr = [], [], 0.0, 0.0
         with_entropy = True  # the entropy metric (with grad only when the objective uses it)
-        needs_entropy = bool(getattr(self.objective, "needs_entropy", False))
+        needs_entropy = self.objective.needs_entropy
         for _ in range(self.ppo_epochs):
             for mb in rollout.minibatches(self.minibatch_size, generator if updates_per_epoch > 1 else None):
-                self.optimizer.zero_grad(set_to_none=True)
-                total_sum, total_count = 0.0, 0
+                total_count = 0
                 outs = []
                 for s in range(0, len(mb), self.micro_batch_size):
                     micro = mb.select(range(s, min(s + self.micro_batch_size, len(mb))))
@@ -311,6 +300,7 @@ class GRPOTrainer(BaseTrainer):
                                 old_logprobs=micro.old_logprobs,
                                 ref_logprobs=micro.ref_logprobs,
                                 entropy=entropy if needs_entropy or entropy is None else entropy.detach(),
+                                max_completion_length=self.max_completion_length,
                             )
                         )
                     outs.append(out)
@@ -320,19 +310,11 @@ class GRPOTrainer(BaseTrainer):
                 for out in outs:
                     total = out.loss_sum if total is None else total + out.loss_sum
                 loss = total / max(total_count, 1)
-                if self.precision.scaler is not None:
-                    self.precision.scaler.scale(loss).backward()
-                    self.precision.scaler.unscale_(self.optimizer)
-                else:
-                    loss.backward()
-                total_sum = float(loss.detach())
-                grad_norms.append(self._clip())
-                if self.precision.scaler is not None:
-                    self.precision.scaler.step(self.optimizer)
-                    self.precision.scaler.update()
-                else:
-                    self.optimizer.step()
-                losses.append(total_sum)
+                self.backward(loss)
+                step = self.optimizer_step(float(loss.detach()), 1)  # already a mean over the minibatch
+                grad_norms.append(step["grad_norm"])
+                losses.append(step["loss"])
+                lr = step["lr"]
                 for out in outs:
                     for k, v in out.metrics.items():
                         if isinstance(v, float) and not math.isnan(v):
@@ -341,9 +323,6 @@ class GRPOTrainer(BaseTrainer):
                 ts = time.perf_counter()
                 self.sync_weights()
                 sync_time += time.perf_counter() - ts
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scheduler is not None:
-            self.scheduler.step()
         update_time = time.perf_counter() - t
         metrics.update({k: sums[k] / counts[k] for k in sums})
         tokens = int(rollout.completion_lengths.sum())
@@ -374,12 +353,6 @@ class GRPOTrainer(BaseTrainer):
         state = {n: p.detach() for n, p in self.policy.named_parameters()}
         self.engine.update_weights(state)
 
-    def _clip(self) -> float:
-        if self.max_grad_norm and self.max_grad_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
-        norms = [p.grad.detach().norm() for p in self._params if p.grad is not None]
-        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
-
     # state ----------------------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
         return {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
@@ -391,8 +364,6 @@ class GRPOTrainer(BaseTrainer):
     def setup(self) -> None:
         self.sync_weights()  # a resumed policy's weights into a separate engine
 
-    def _finish(self) -> dict[str, float]:
-        try:
-            return super()._finish()
-        finally:
+    def teardown(self) -> None:
+        if self.engine is not None:
             self.engine.shutdown()

@@ -31,7 +31,6 @@ which change with each shuffled batch.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ import torch
 
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import TRAINERS
+from toolbox.core.registry import registered_name
 from toolbox.data.collators.preference import PreferenceCollator
 from toolbox.data.collators.unpaired_preference import UnpairedPreferenceCollator
 from toolbox.data.loader import BatchLoader
@@ -123,6 +123,7 @@ class PreferenceTrainer(BaseTrainer):
     """
 
     objective_family = PreferenceObjective
+    uses_reference = True
 
     def __init__(
         self,
@@ -139,9 +140,15 @@ class PreferenceTrainer(BaseTrainer):
         eval_batch_size: int = 64,
         max_eval_pairs: int | None = None,
     ) -> None:
-        super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
+        super().__init__(
+            parts,
+            max_steps=max_steps,
+            eval_every=eval_every,
+            save_every=save_every,
+            max_grad_norm=max_grad_norm,
+        )
         if not isinstance(parts.collator, PreferenceCollator | UnpairedPreferenceCollator):
-            name = getattr(type(parts.collator), "_registry_name", type(parts.collator).__name__)
+            name = registered_name(parts.collator)
             raise ConfigError(
                 f"data.collator: '{name}' cannot batch preference pairs; the preference trainer needs "
                 "data.collator.name=preference (and data.dataset.name=preference), or for KTO on "
@@ -151,33 +158,40 @@ class PreferenceTrainer(BaseTrainer):
         self.unpaired = isinstance(parts.collator, UnpairedPreferenceCollator)
         self._check_data(parts, batch_size)
         self.collator = parts.collator
-        self.collator.mismatched = bool(getattr(self.objective, "needs_kl_pairs", False))
-        self.uses_scores = getattr(self.objective, "inputs", "logps") == "scores"
-        self.needs_reference = bool(getattr(self.objective, "needs_reference", True)) and not self.uses_scores
+        self.mismatched = self.objective.needs_kl_pairs  # KTO: batches carry the mismatched rows
+        self.uses_scores = self.objective.inputs == "scores"
+        self.needs_reference = self.objective.needs_reference and not self.uses_scores
         self.grad_accum_steps = grad_accum_steps
-        self.max_grad_norm = max_grad_norm
         self.precompute_ref_logprobs = precompute_ref_logprobs
         self.eval_batch_size = eval_batch_size
         self.max_eval_pairs = max_eval_pairs
+        # the trainer's own lists of the examples: precomputed reference log-probs go into copies of
+        # the records here, never into the data set's records
+        self.train_examples = list(parts.train_data)
+        data = parts.eval_data
+        self.eval_examples = list(data[:max_eval_pairs]) if max_eval_pairs else list(data)
         ctx = self.context
         self.loader = BatchLoader(
-            parts.train_data,
+            self.train_examples,
             batch_size,
-            self.collator,
+            self._collate,
             seed=ctx.seed,
             shuffle=shuffle,
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
-        self.reference = self._build_reference(reference_path) if self.needs_reference else None
+        self.reference = parts.reference_model if self.needs_reference else None
+        if self.needs_reference and self.reference is None:
+            raise ConfigError(
+                "the preference trainer needs parts.reference_model; build it with ExperimentBuilder."
+            )
 
     def _check_data(self, parts: Components, batch_size: int) -> None:
         """Fail fast on data the objective or the collator cannot take (before any batch is drawn)."""
-        objective = getattr(type(self.objective), "_registry_name", type(self.objective).__name__)
+        objective = registered_name(self.objective)
         first = parts.train_data[0] if len(parts.train_data) else {}
         if self.unpaired:
-            if not getattr(self.objective, "unpaired", False):
+            if not self.objective.unpaired:
                 raise ConfigError(
                     f"objective: '{objective}' needs chosen/rejected pairs, but the data are unpaired "
                     "(data.collator.name=unpaired_preference); on unpaired {prompt, completion, label} "
@@ -189,79 +203,50 @@ class PreferenceTrainer(BaseTrainer):
                     "data.collator: 'unpaired_preference' needs unpaired examples with a label; set "
                     "data.dataset.name=unpaired_preference (or data.collator.name=preference for pairs)."
                 )
-            if getattr(self.objective, "needs_kl_pairs", False) and batch_size < 2:
+            if self.objective.needs_kl_pairs and batch_size < 2:
                 raise ConfigError(
                     f"trainer.batch_size: {batch_size}; KTO estimates its KL reference point from the other "
                     "examples of a batch (prompt i with completion i-1), so set 2 or more."
                 )
-            self._check_balance(parts.train_data)
+            self.objective.check_examples(parts.train_data)
         elif first and "chosen_ids" not in first and "label" in first:
             raise ConfigError(
                 "data.collator: 'preference' batches chosen/rejected pairs, but the examples are unpaired "
                 "(data.dataset.name=unpaired_preference); set data.collator.name=unpaired_preference."
             )
 
-    def _check_balance(self, examples: Any) -> None:
-        """TRL's advice when desirable and undesirable examples are unbalanced (KTO paper, eq. 8)."""
-        wd = getattr(self.objective, "desirable_weight", 1.0)
-        wu = getattr(self.objective, "undesirable_weight", 1.0)
-        n_good = max(sum(bool(ex.get("label")) for ex in examples), 1)
-        n_bad = max(len(examples) - n_good, 1)
-        if n_good == n_bad:
-            return
-        d_low, d_high = round(n_bad * wu / n_good, 2), round(n_bad * wu / n_good * 1.33, 2)
-        u_low, u_high = round(n_good * wd / n_bad / 1.33, 2), round(n_good * wd / n_bad, 2)
-        if not (d_low <= wd <= d_high or u_low <= wu <= u_high):
-            log.warning(
-                "KTO: %d desirable and %d undesirable training examples, and the weights are outside the "
-                "recommended range; set EITHER objective.desirable_weight in [%s, %s] OR "
-                "objective.undesirable_weight in [%s, %s].",
-                n_good,
-                n_bad,
-                d_low,
-                d_high,
-                u_low,
-                u_high,
-            )
-
     # the reference ------------------------------------------------------------------------------
-    def _build_reference(self, path: str | None) -> torch.nn.Module:
-        if path:
-            from transformers import AutoModelForCausalLM
-
-            reference = AutoModelForCausalLM.from_pretrained(path)
-        else:
-            reference = copy.deepcopy(self.strategy.unwrap(self.model))
-        reference.to(self.strategy.device).eval()
-        reference.requires_grad_(False)
-        return reference
-
     def setup(self) -> None:
         if self.reference is not None and self.precompute_ref_logprobs:
-            for examples in (self.parts.train_data, self._eval_examples()):
+            for examples in (self.train_examples, self.eval_examples):
                 self._precompute(examples)
-            if not self.collator.mismatched:  # KTO's mismatched rows change per batch: keep it for them
+            if not self.mismatched:  # KTO's mismatched rows change per batch: keep it for them
                 self.reference = None  # every pair carries its reference log-probs now
+                self.parts.release_reference()
+
+    def _collate(self, examples: list[dict[str, Any]], mismatched: bool | None = None) -> dict[str, Any]:
+        return self.collator(examples, mismatched=self.mismatched if mismatched is None else mismatched)
 
     @torch.no_grad()
     def _precompute(self, examples: list[dict[str, Any]]) -> None:
+        """Replace each example of ``examples`` (a list of the trainer's) by a copy carrying its
+        reference log-probs."""
         if all(("ref_logps" if self.unpaired else "ref_chosen_logps") in ex for ex in examples):
             return
-        mismatched, self.collator.mismatched = self.collator.mismatched, False
-        try:
-            with self.precision.autocast():
-                for start in range(0, len(examples), self.eval_batch_size):
-                    chunk = examples[start : start + self.eval_batch_size]
-                    sums, _ = completion_logps(self.reference, self._to_device(self.collator(chunk)))
-                    n = len(chunk)
-                    for i, ex in enumerate(chunk):
-                        if self.unpaired:
-                            ex["ref_logps"] = float(sums[i])
-                            continue
-                        ex["ref_chosen_logps"] = float(sums[i])
-                        ex["ref_rejected_logps"] = float(sums[n + i])
-        finally:
-            self.collator.mismatched = mismatched
+        with self.precision.autocast():
+            for start in range(0, len(examples), self.eval_batch_size):
+                chunk = examples[start : start + self.eval_batch_size]
+                sums, _ = completion_logps(self.reference, self._to_device(self._collate(chunk, False)))
+                n = len(chunk)
+                for i, ex in enumerate(chunk):
+                    if self.unpaired:
+                        examples[start + i] = {**ex, "ref_logps": float(sums[i])}
+                        continue
+                    examples[start + i] = {
+                        **ex,
+                        "ref_chosen_logps": float(sums[i]),
+                        "ref_rejected_logps": float(sums[n + i]),
+                    }
 
     # one step -----------------------------------------------------------------------------------
     def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -333,7 +318,6 @@ class PreferenceTrainer(BaseTrainer):
     def train_step(self) -> dict[str, float]:
         start = time.perf_counter()
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         loss_total, items, tokens = 0.0, 0, 0
         sums: dict[str, float] = {}
         micro: list[dict[str, float]] = []  # each micro-batch's metrics
@@ -341,10 +325,7 @@ class PreferenceTrainer(BaseTrainer):
             batch = self._to_device(self.loader.next_batch())
             with self.precision.autocast():
                 out = self.objective(self._inputs(self.model, batch))
-            loss = out.loss_sum
-            if self.precision.scaler is not None:
-                loss = self.precision.scaler.scale(loss)
-            loss.backward()
+            self.backward(out.loss_sum)
             loss_total += out.loss_sum.item()
             items += out.num_items
             tokens += int(batch["attention_mask"].sum())
@@ -353,53 +334,24 @@ class PreferenceTrainer(BaseTrainer):
                 sums[k] = sums.get(k, 0.0) + v / self.grad_accum_steps
         if self.unpaired:  # means over desirable / undesirable examples, weighted by their counts
             sums = merge_unpaired_metrics(micro)
-        global_items = self.strategy.all_reduce_sum(float(items))
-        scale = self.context.world_size / max(global_items, 1.0)
-        for p in self._params:
-            if p.grad is not None:
-                p.grad.mul_(scale)
-        if self.precision.scaler is not None:
-            self.precision.scaler.unscale_(self.optimizer)
-        grad_norm = self._clip()
-        if self.precision.scaler is not None:
-            self.precision.scaler.step(self.optimizer)
-            self.precision.scaler.update()
-        else:
-            self.optimizer.step()
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scheduler is not None:
-            self.scheduler.step()
+        step = self.optimizer_step(loss_total, items)
         return {
-            "loss": loss_total / max(items, 1),
+            "loss": step["loss"],
             **sums,
             "accuracy": sums.get("rewards/label_accuracy" if self.unpaired else "rewards/accuracies", 0.0),
             "margin": sums.get("rewards/margins", 0.0),
-            "lr": lr,
-            "grad_norm": grad_norm,
+            "lr": step["lr"],
+            "grad_norm": step["grad_norm"],
             "num_tokens": tokens,
             "epoch": self.loader.epoch,
             "step_time": time.perf_counter() - start,
         }
 
-    def _clip(self) -> float:
-        if self.max_grad_norm and self.max_grad_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
-        norms = [p.grad.detach().norm() for p in self._params if p.grad is not None]
-        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
-
     # evaluation ---------------------------------------------------------------------------------
-    def _eval_examples(self) -> list[dict[str, Any]]:
-        data = self.parts.eval_data
-        return list(data[: self.max_eval_pairs]) if self.max_eval_pairs else list(data)
-
     def evaluate(self) -> dict[str, float]:
         metrics = super().evaluate()
-        model = self.strategy.unwrap(self.model)
-        was_training = model.training
-        model.eval()
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            metrics.update(self.preference_metrics(model, self._eval_examples()))
-        model.train(was_training)
+        with self.eval_mode() as model, torch.random.fork_rng(devices=[]), torch.no_grad():
+            metrics.update(self.preference_metrics(model, self.eval_examples))
         return metrics
 
     def _finish(self) -> dict[str, float]:
@@ -417,7 +369,7 @@ class PreferenceTrainer(BaseTrainer):
         totals: dict[str, float] = {}
         loss_sum, items, pairs = 0.0, 0, 0
         for start in range(0, len(examples), self.eval_batch_size):
-            batch = self._to_device(self.collator(examples[start : start + self.eval_batch_size]))
+            batch = self._to_device(self._collate(examples[start : start + self.eval_batch_size]))
             n = batch["num_pairs"]
             with self.precision.autocast():
                 out = self.objective(self._inputs(model, batch))
@@ -440,7 +392,7 @@ class PreferenceTrainer(BaseTrainer):
         ``eval/accuracy``: the fraction of examples on their label's side of the reference point."""
         loss_sum, items, chunks = 0.0, 0, []
         for start in range(0, len(examples), self.eval_batch_size):
-            batch = self._to_device(self.collator(examples[start : start + self.eval_batch_size]))
+            batch = self._to_device(self._collate(examples[start : start + self.eval_batch_size]))
             with self.precision.autocast():
                 out = self.objective(self._inputs(model, batch))
             loss_sum += float(out.loss_sum)

@@ -1,4 +1,4 @@
-"""The supervised trainer: gradient-accumulated objective(model, batch), clipped, scheduled."""
+"""The supervised trainer: gradient-accumulated objective(model, batch); the base steps the optimizer."""
 
 from __future__ import annotations
 
@@ -54,9 +54,14 @@ class SupervisedTrainer(BaseTrainer):
         shuffle: bool = True,
         forward: Literal["lean", "exact", "model"] = "lean",
     ) -> None:
-        super().__init__(parts, max_steps=max_steps, eval_every=eval_every, save_every=save_every)
+        super().__init__(
+            parts,
+            max_steps=max_steps,
+            eval_every=eval_every,
+            save_every=save_every,
+            max_grad_norm=max_grad_norm,
+        )
         self.grad_accum_steps = grad_accum_steps
-        self.max_grad_norm = max_grad_norm
         ctx = self.context
         self.loader = BatchLoader(
             parts.train_data,
@@ -67,7 +72,6 @@ class SupervisedTrainer(BaseTrainer):
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
         # what the objective calls: a leaner forward over the same weights where one covers the model
         # (an unwrapped HF Llama), else the model itself; checkpoints always save the model
         lean = training_forward(self.model, exact=forward == "exact") if forward != "model" else None
@@ -77,7 +81,6 @@ class SupervisedTrainer(BaseTrainer):
         start = time.perf_counter()
         if not self.model.training:  # a no-op walk over every module otherwise
             self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         loss_total, items, correct, tokens = 0.0, 0, 0.0, 0
         device = self.strategy.device
         for _ in range(self.grad_accum_steps):
@@ -86,46 +89,21 @@ class SupervisedTrainer(BaseTrainer):
             }
             with self.precision.autocast():
                 out = self.objective(self._forward, batch)
-            loss = out.loss_sum
-            if self.precision.scaler is not None:
-                loss = self.precision.scaler.scale(loss)
-            loss.backward()
+            self.backward(out.loss_sum)
             loss_total += out.loss_sum.item()
             items += out.num_items
             correct += out.metrics.get("correct", 0.0)
             tokens += _num_tokens(batch, out.num_items)
-        # normalise the summed gradient by the global item count (all micro-batches, all ranks)
-        global_items = self.strategy.all_reduce_sum(float(items))
-        scale = self.context.world_size / max(global_items, 1.0)  # DDP averages over ranks
-        grads = [p.grad for p in self._params if p.grad is not None]
-        if grads:
-            torch._foreach_mul_(grads, scale)
-        if self.precision.scaler is not None:
-            self.precision.scaler.unscale_(self.optimizer)
-        grad_norm = self._clip()
-        if self.precision.scaler is not None:
-            self.precision.scaler.step(self.optimizer)
-            self.precision.scaler.update()
-        else:
-            self.optimizer.step()
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scheduler is not None:
-            self.scheduler.step()
+        step = self.optimizer_step(loss_total, items)
         return {
-            "loss": self.strategy.all_reduce_sum(loss_total) / max(global_items, 1.0),  # over all ranks
+            "loss": step["loss"],
             self.objective.accuracy_name: correct / max(items, 1),
-            "lr": lr,
-            "grad_norm": grad_norm,
+            "lr": step["lr"],
+            "grad_norm": step["grad_norm"],
             "num_tokens": tokens,
             "epoch": self.loader.epoch,
             "step_time": time.perf_counter() - start,
         }
-
-    def _clip(self) -> float:
-        if self.max_grad_norm and self.max_grad_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
-        norms = [p.grad.detach().norm() for p in self._params if p.grad is not None]
-        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
     def extra_state(self) -> dict[str, Any]:
         return {"loader": self.loader.state_dict()}

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
+from toolbox.core.registry import registered_name
+from toolbox.data.datasets.preference import Preference
 from toolbox.objectives.preference import DPOLoss, HingeLoss, IPOLoss, RobustDPOLoss
 from toolbox.trainer.preference import PreferenceTrainer
 from toolbox.trainer.trl_bridge import event_bridge
@@ -44,7 +46,7 @@ def trl_loss(objective: Any) -> tuple[str, float, float]:
         return "ipo", objective.beta, 0.0
     if isinstance(objective, HingeLoss):
         return "hinge", objective.beta, 0.0
-    name = getattr(type(objective), "_registry_name", type(objective).__name__)
+    name = registered_name(objective)
     raise ConfigError(
         f"objective: '{name}' has no TRL DPOTrainer counterpart; with trainer=trl_dpo choose dpo, "
         "robust_dpo, ipo or hinge (or use trainer=preference)."
@@ -103,13 +105,14 @@ class TRLDPOTrainer(PreferenceTrainer):
         )
         self.trl_precompute = precompute_ref_logprobs
         self.batch_size = batch_size
-        dataset_cfg = parts.cfg.data.dataset
-        self.max_length = max_length or int(dataset_cfg.get("max_length", 512))
-        self.fields = (
-            dataset_cfg.get("prompt_field", "prompt"),
-            dataset_cfg.get("chosen_field", "chosen"),
-            dataset_cfg.get("rejected_field", "rejected"),
-        )
+        dataset = parts.dataset
+        if not isinstance(dataset, Preference):
+            raise ConfigError(
+                f"data.dataset: trainer=trl_dpo reads the raw pairs of data.dataset.name=preference, not "
+                f"'{registered_name(dataset)}'."
+            )
+        self.max_length = max_length or dataset.max_length
+        self.fields = (dataset.prompt_field, dataset.chosen_field, dataset.rejected_field)
 
     def train_step(self) -> dict[str, float]:  # pragma: no cover - TRL runs the loop
         raise NotImplementedError("trl_dpo trains inside TRL's DPOTrainer; call fit()")
@@ -146,7 +149,7 @@ class TRLDPOTrainer(PreferenceTrainer):
             fp16="fp16" in precision,
             gradient_checkpointing=False,
             dataloader_num_workers=0,
-            seed=int(self.cfg.seed),
+            seed=int(self.context.seed),
             disable_tqdm=True,
             precompute_ref_log_probs=self.trl_precompute,
         )

@@ -59,15 +59,16 @@ class TRLGRPOTrainer(GRPOTrainer):
     generates with ``model.generate`` and the run's seed), ``reference_path`` is not supported.
     """
 
-    def _build_engine(self, rows: int) -> Any:
-        return None  # TRL generates with the model's own generate()
+    uses_engine = False  # TRL generates with the model's own generate()
+    uses_reference = False  # TRL makes its own reference (a copy of the model)
 
-    def _build_reference(self, path: str | None) -> Any:
-        if path:
+    @classmethod
+    def from_builder(cls, parts: Any, **settings: Any) -> TRLGRPOTrainer:
+        if settings.get("reference_path"):
             raise ConfigError(
                 "trainer.reference_path: trainer=trl_grpo uses TRL's own reference (a copy of the model)."
             )
-        return None
+        return super().from_builder(parts, **settings)
 
     def train_step(self) -> dict[str, float]:  # pragma: no cover - TRL runs the loop
         raise NotImplementedError("trl_grpo trains inside TRL's GRPOTrainer; call fit()")
@@ -116,7 +117,7 @@ class TRLGRPOTrainer(GRPOTrainer):
             activation_checkpointing=False,
             use_cpu=str(self.strategy.device) == "cpu",
             dataloader_num_workers=0,
-            seed=int(self.cfg.seed),
+            seed=int(self.context.seed),
             disable_tqdm=True,
             log_completions=False,
             shuffle_dataset=True,
@@ -160,9 +161,6 @@ class TRLGRPOTrainer(GRPOTrainer):
         trainer.train()
         self.step = int(trainer.state.global_step)
         return self._finish()
-
-    def _finish(self) -> dict[str, float]:
-        return super(GRPOTrainer, self)._finish()
 
     def setup(self) -> None:
         pass

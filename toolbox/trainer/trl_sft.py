@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
+from toolbox.core.registry import registered_name
+from toolbox.data.datasets.tokenized import TokenizedFactory
 from toolbox.trainer.supervised import SupervisedTrainer
 from toolbox.trainer.trl_bridge import event_bridge
 
@@ -66,7 +68,12 @@ class TRLSFTTrainer(SupervisedTrainer):
             shuffle=shuffle,
         )
         self.batch_size = batch_size
-        self.max_length = max_length or int(parts.cfg.data.dataset.get("max_length", 512))
+        if not isinstance(parts.dataset, TokenizedFactory):
+            raise ConfigError(
+                f"data.dataset: trainer=trl_sft trains a causal LM on text; '{registered_name(parts.dataset)}' "
+                "makes no token sequences (use data.dataset.name=prompt_completion or lm_text)."
+            )
+        self.max_length = max_length or parts.dataset.max_length
         self.completion_only_loss = completion_only_loss
 
     def train_step(self) -> dict[str, float]:  # pragma: no cover - TRL runs the loop
@@ -105,7 +112,7 @@ class TRLSFTTrainer(SupervisedTrainer):
             activation_checkpointing=False,
             use_cpu=str(self.strategy.device) == "cpu",
             dataloader_num_workers=0,
-            seed=int(self.cfg.seed),
+            seed=int(self.context.seed),
             disable_tqdm=True,
         )
         trainer = TRLTrainer(

@@ -11,7 +11,7 @@ Takes ``preference`` examples (``prompt_ids``, ``chosen_ids``, ``rejected_ids``)
   precomputed reference log-probs;
 - ``num_pairs``: ``B`` (an int).
 
-With ``mismatched`` (set by the preference trainer for KTO), rows ``2B..3B-1`` pair prompt ``i``
+With ``mismatched`` (the setting, or the preference trainer's per-call argument for KTO), rows ``2B..3B-1`` pair prompt ``i``
 with the chosen completion of pair ``i+1`` (mod B): KTO's KL reference point is estimated on them.
 One forward over all rows gives every log-prob a preference loss needs.
 """
@@ -35,7 +35,7 @@ class PromptCompletionRows:
     Args:
         tokenizer: the run's tokenizer (injected); its pad token fills the padding.
         pad_to_multiple_of: round the batch length up to a multiple of this (null: no rounding).
-        mismatched: add KTO's mismatched rows (set by the preference trainer).
+        mismatched: add KTO's mismatched rows (the preference trainer asks per call).
     """
 
     def __init__(
@@ -80,7 +80,10 @@ class PreferenceCollator(PromptCompletionRows):
         mismatched: add prompt i + chosen completion of pair i+1 rows (KTO's KL estimate).
     """
 
-    def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor | int]:
+    def __call__(
+        self, examples: Sequence[Example], mismatched: bool | None = None
+    ) -> dict[str, torch.Tensor | int]:
+        """The batch of ``examples``; ``mismatched`` (the trainer's, for KTO) overrides the setting."""
         if not examples:
             raise DataError("collator 'preference' got an empty batch.")
         if any(k not in ex for ex in examples for k in ("prompt_ids", "chosen_ids", "rejected_ids")):
@@ -97,7 +100,7 @@ class PreferenceCollator(PromptCompletionRows):
         b = len(examples)
         rows = [(ex["prompt_ids"], ex["chosen_ids"]) for ex in examples]
         rows += [(ex["prompt_ids"], ex["rejected_ids"]) for ex in examples]
-        if self.mismatched:
+        if self.mismatched if mismatched is None else mismatched:
             rows += [(examples[i]["prompt_ids"], examples[(i + 1) % b]["chosen_ids"]) for i in range(b)]
         batch: dict[str, torch.Tensor | int] = {**self.pack(rows), "num_pairs": b}
         for key in ("ref_chosen_logps", "ref_rejected_logps"):

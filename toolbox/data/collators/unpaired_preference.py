@@ -11,7 +11,7 @@ for ``B`` examples, ``R = B`` rows (``2B`` with ``mismatched``) of length ``L``:
 - ``ref_logps`` (float ``[B]``): when every example carries its precomputed reference log-prob;
 - ``num_examples``: ``B`` (an int).
 
-With ``mismatched`` (set by the preference trainer for KTO), rows ``B..2B-1`` pair prompt ``i``
+With ``mismatched`` (the setting, or the preference trainer's per-call argument for KTO), rows ``B..2B-1`` pair prompt ``i``
 with the completion of example ``i-1`` (mod B), whatever the labels: KTO's KL reference point is
 estimated on them. This is TRL 1.16's rotation (``KTOTrainer._prepare_dataset`` sets
 ``KL_completion_ids = [completion_ids[-1]] + completion_ids[:-1]`` within each batch:
@@ -44,7 +44,10 @@ class UnpairedPreferenceCollator(PromptCompletionRows):
         mismatched: add prompt i + completion of example i-1 rows (KTO's KL estimate).
     """
 
-    def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor | int]:
+    def __call__(
+        self, examples: Sequence[Example], mismatched: bool | None = None
+    ) -> dict[str, torch.Tensor | int]:
+        """The batch of ``examples``; ``mismatched`` (the trainer's, for KTO) overrides the setting."""
         if not examples:
             raise DataError("collator 'unpaired_preference' got an empty batch.")
         for i, ex in enumerate(examples):
@@ -67,7 +70,7 @@ class UnpairedPreferenceCollator(PromptCompletionRows):
                 )
         b = len(examples)
         rows = [(ex["prompt_ids"], ex["completion_ids"]) for ex in examples]
-        if self.mismatched:
+        if self.mismatched if mismatched is None else mismatched:
             rows += [(examples[i]["prompt_ids"], examples[(i - 1) % b]["completion_ids"]) for i in range(b)]
         batch: dict[str, torch.Tensor | int] = {
             **self.pack(rows),

@@ -45,7 +45,7 @@ def local(
             "datasets.save_to_disk folder."
         )
     if root.is_file():
-        train_records, test_records = read_records(root), None
+        train_records, test_records = _read_split(root, "train"), None
         looked_for = f"{root} is a single file, so it has no test split"
     elif (root / "dataset_dict.json").is_file() or (root / "state.json").is_file():
         train_records, test_records = _saved_splits(root, train, test)
@@ -59,8 +59,8 @@ def local(
                 "set data.source.train to the file's name or point data.source.path at the file."
             )
         test_file = _split_file(root, test) if test else None
-        train_records = read_records(train_file)
-        test_records = read_records(test_file) if test_file else None
+        train_records = _read_split(train_file, "train")
+        test_records = _read_split(test_file, "test") if test_file else None
         looked_for = f"{root} holds none of {', '.join(_candidates(test or 'test'))}"
     if test_records is None and test is not None:
         if test_fraction is None:
@@ -71,6 +71,17 @@ def local(
         count = fraction_to_count(test_fraction, len(train_records), "data.source.test_fraction")
         train_records, test_records = hold_out(train_records, count, seed, "data.source.test_fraction")
     return Splits(train=train_records, test=test_records or [])
+
+
+def _read_split(path: Path, split: str) -> list[Record]:
+    """The records of one split's file; an empty file is an error that names the file."""
+    records = read_records(path)
+    if not records:
+        raise DataError(
+            f"data.source.path: {path} is empty (no records), so the {split} split would be empty; "
+            "write one JSON object per line into it, or point data.source.path at another file."
+        )
+    return records
 
 
 def _candidates(name: str) -> list[str]:

@@ -149,6 +149,20 @@ class TorchEngine(InferenceEngine):
         ids = self._check_prompt(self.encode_prompt(prompt))
         return self.batcher.submit(ids, params, request_id, stream, bypass_queue_limit=_bypass_queue_limit)
 
+    supports_submit = True
+
+    def submit_request(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams,
+        *,
+        request_id: str | None = None,
+        stream: bool = True,
+        queue_limit: bool = True,
+    ) -> RequestHandle:
+        """The interface's typed submission (see ``InferenceEngine.submit_request``): ``submit``."""
+        return self.submit(prompt, params, request_id, stream, _bypass_queue_limit=not queue_limit)
+
     def abort(self, request_id: str) -> None:
         """Cancel a request by id (no-op if it already finished)."""
         self.batcher.abort(request_id)
