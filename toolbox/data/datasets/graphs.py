@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import random
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from toolbox.core.errors import ConfigError, DataError
@@ -72,9 +74,18 @@ class Graphs(DatasetFactory):
             is_undirected=True,
             add_negative_train_samples=False,
         )
+        # PyG's negative sampling draws from torch, numpy and Python's random: seed all three (and
+        # put them back), so the train and test graphs of a run split the same way
+        py_state, np_state = random.getstate(), np.random.get_state()
         with torch.random.fork_rng(devices=[]):
+            random.seed(self.seed)
+            np.random.seed(self.seed)
             torch.manual_seed(self.seed)
-            train, val, test = split(graph)
+            try:
+                train, val, test = split(graph)
+            finally:
+                random.setstate(py_state)
+                np.random.set_state(np_state)
         labelled = {"train": train, "val": val, "test": test}
         out = train.clone()
         out.edge_label_index = torch.cat([g.edge_label_index for g in labelled.values()], dim=1)
