@@ -103,12 +103,12 @@ def test_dvc_repro_of_the_gcn_runs_writes_the_table_and_a_second_does_nothing(tm
     cfg = graph_config()
     wf = copy_workflow(tmp_path / "repo", cfg)
     wf.git_dvc_init()
-    wf.dvc("repro", "table-karate")
+    wf.dvc("repro", "table-karate", timeout=3000)  # 9 stages; minutes on a loaded 2-core machine
     table = (wf.root / "results" / "tables" / "karate.md").read_text()
     assert re.search(r"\| GCN \| 2 \| \d+\.\d\d ± \d+\.\d\d \|", table), table
     values = json.loads((wf.root / "results" / "tables" / "karate.json").read_text())["rows"][0]["values"]
     evals = [json.loads((wf.root / f"work/gcn_s{s}/eval.json").read_text()) for s in range(2)]
     assert values == pytest.approx([100 * e["eval/test_accuracy"] for e in evals])
-    again = wf.dvc("repro", "table-karate").stdout
+    again = wf.dvc("repro", "table-karate", timeout=600).stdout
     assert "Running stage" not in again, again
     assert yaml.safe_load((wf.root / "dvc.lock").read_text())["stages"]["table-karate"]
