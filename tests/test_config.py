@@ -99,3 +99,65 @@ def test_objective_of_the_wrong_family_fails_fast(tiny_overrides):
         assert "causal_lm" in msg
     finally:
         OBJECTIVES._entries.pop("fake_dpo_for_test")
+
+
+# group folder -> (component path inside its files, registry attribute); maps are label -> component
+GROUP_NODES = {
+    "model": [((), "MODELS")],
+    "tokenizer": [((), "TOKENIZERS")],
+    "objective": [((), "OBJECTIVES")],
+    "optimizer": [((), "OPTIMIZERS")],
+    "scheduler": [((), "SCHEDULERS")],
+    "precision": [((), "PRECISIONS")],
+    "strategy": [((), "STRATEGIES")],
+    "launcher": [((), "LAUNCHERS")],
+    "engine": [((), "ENGINES")],
+    "trainer": [((), "TRAINERS")],
+    "data": [(("source",), "SOURCES"), (("dataset",), "DATASETS"), (("collator",), "COLLATORS")],
+}
+
+
+def test_group_files_hold_only_what_differs_from_the_signature():
+    import yaml
+
+    from toolbox.core import registries
+    from toolbox.core.registry import component_fields
+    from toolbox.experiment import CONFIG_DIR
+
+    restated = []
+    for group, nodes in [*GROUP_NODES.items(), ("callbacks", "CALLBACKS"), ("eval", "EVALUATORS")]:
+        for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
+            data = yaml.safe_load(path.read_text()) or {}
+            if isinstance(nodes, str):  # a map of label -> component
+                specs = [(v, nodes) for v in data.values() if isinstance(v, dict) and "name" in v]
+            else:
+                specs = []
+                for sub, attr in nodes:
+                    node = data
+                    for key in sub:
+                        node = (node or {}).get(key)
+                    if isinstance(node, dict) and "name" in node:
+                        specs.append((node, attr))
+            for node, attr in specs:
+                fields = component_fields(getattr(registries, attr).get(node["name"]))
+                defaults = {f.name: f.default for f in fields if not f.required}
+                for key, value in node.items():
+                    default = defaults.get(key, object())
+                    default = list(default) if isinstance(default, tuple) else default
+                    if key != "name" and value == default and type(value) is type(default):
+                        restated.append(f"{path.relative_to(CONFIG_DIR)}: {key}")
+    assert restated == []
+
+
+def test_composition_fills_every_default_and_overrides_reach_them():
+    from omegaconf import OmegaConf
+
+    cfg = load_config(["trainer=grpo", "objective=grpo", "trainer.top_k=5"])
+    assert cfg.trainer.top_k == 5  # a field the group file leaves to the signature
+    assert cfg.trainer.temperature == 1.0 and cfg.trainer.max_steps == 100  # filled from the signature
+    assert list(cfg.trainer)[:3] == ["name", "max_steps", "prompts_per_step"]  # in signature order
+    cfg = load_config(["optimizer.name=sgd", "optimizer.momentum=0.9"])
+    assert cfg.optimizer.momentum == 0.9 and cfg.optimizer.nesterov is False
+    validate_config(cfg)
+    cfg = load_config(["data=local"])
+    assert OmegaConf.is_missing(cfg.data.source, "path")  # a required field stays required

@@ -6,7 +6,12 @@
     parts = ExperimentBuilder.from_config(cfg).build()
     parts.trainer.fit()
 
-``run_experiment(cfg)`` does the last two lines.
+``run_experiment(cfg)`` does the last two lines; ``compose_run`` is what the commands call (a
+``--config`` file or a fresh composition, overrides, ``--out``, ``--data``, validation).
+
+What the builder injects is one list, ``INJECTED`` (from ``COMPONENT_NODES``, ``TOKENIZER_FACTS``
+and ``DATA_FACTS``), read by the builder, ``validate_config`` and ``toolbox catalog``: a new data
+fact (an environment's ``obs_dim``, a graph's ``in_dim``) is one line in ``DATA_FACTS``.
 """
 
 from __future__ import annotations
@@ -44,10 +49,29 @@ def load_config(overrides: Sequence[str] = (), config_dir: str | Path | None = N
     overrides = list(overrides)
     if extra:
         overrides.append(f"hydra.searchpath=[file://{Path(extra).resolve()}]")
-    GlobalHydra.instance().clear()
+
+    def composed(overrides: list[str]) -> DictConfig:
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+                return compose(config_name="config", overrides=overrides)
+        finally:
+            GlobalHydra.instance().clear()
+
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
+        # a group file holds only what differs from its component's signature: an override of a
+        # field the file leaves to the default adds it (++key=value), deleting a key a component
+        # node lacks (~key) deletes nothing, and a misspelt key still fails
+        settable = [o for o in overrides if _field_override(o)]
+        deletions = [o for o in overrides if o.startswith("~") and "." in o]
+        if settable or deletions:
+            first = composed([o for o in overrides if o not in settable and o not in deletions])
+            overrides = [
+                f"++{o}" if o in settable and _default_only(first, o) else o
+                for o in overrides
+                if o not in deletions or not _absent_from_component(first, o[1:].split("=")[0])
+            ]
+        cfg = composed(overrides)
     except (HydraException, OmegaConfBaseException) as e:
         message = _hydra_message(e)
         bad = re.search(r"Could not override '([^']+)'", message)
@@ -56,11 +80,97 @@ def load_config(overrides: Sequence[str] = (), config_dir: str | Path | None = N
                 bad.group(1), [o for o in overrides if o.split("=", 1)[0] != bad.group(1)]
             )
         raise ConfigError(message) from None
-    finally:
-        GlobalHydra.instance().clear()
     OmegaConf.set_struct(cfg, False)
     cfg.pop("hydra", None)
+    return fill_defaults(cfg)
+
+
+def _field_override(override: str) -> bool:
+    """``a.b=v``: sets a field of a node (not a group choice, a name, an addition or a deletion)."""
+    key, sep, _ = override.partition("=")
+    return bool(sep) and "." in key and not key.startswith(("+", "~")) and not key.endswith(".name")
+
+
+def _default_only(cfg: DictConfig, override: str) -> bool:
+    """Whether the override's key is absent from ``cfg`` but a field of the component there."""
+    key = override.split("=", 1)[0]
+    parent_path, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_path, default=None)
+    if not isinstance(parent, DictConfig) or leaf in parent:
+        return False
+    return leaf in _fields_of(cfg, parent_path)
+
+
+def _absent_from_component(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` is a field a component node of ``cfg`` does not hold."""
+    parent_path, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_path, default=None)
+    is_component = any(path == parent_path for path, _, _ in _component_paths(cfg))
+    return is_component and isinstance(parent, DictConfig) and leaf not in parent
+
+
+def _component_paths(cfg: DictConfig) -> list[tuple[str, str, frozenset[str]]]:
+    """(config path, registry attribute, injected names) of every component node of ``cfg``."""
+    paths = [*COMPONENT_NODES, ("trainer", "TRAINERS", TRAINER_INJECTED)]
+    for key, attr in COMPONENT_MAPS:
+        node = _node(cfg, key)
+        if isinstance(node, DictConfig):
+            paths += [(f"{key}.{label}", attr, frozenset()) for label in node]
+    return paths
+
+
+def _fields_of(cfg: DictConfig, path: str) -> dict[str, Any]:
+    """The config fields (name -> signature default, or MISSING when required) of the component at
+    ``path``; empty when it is no component node or names no registered component."""
+    from toolbox.core.registry import component_fields
+
+    node = _node(cfg, path)
+    for key, attr, injected in _component_paths(cfg):
+        if key != path:
+            continue
+        if not isinstance(node, DictConfig) or not isinstance(node.get("name"), str):
+            return {}
+        try:
+            obj = _registry(attr).get(node.name)
+        except ConfigError:
+            return {}  # validate_config names the unknown component
+        return {
+            f.name: "???" if f.required else f.default
+            for f in component_fields(obj)
+            if f.name not in injected
+        }
+    return {}
+
+
+def fill_defaults(cfg: DictConfig) -> DictConfig:
+    """Every component node holds all its config fields, in signature order: the group files hold
+    only what differs from the defaults, and a composed config (config.yaml) shows every value."""
+    for path, _, _ in _component_paths(cfg):
+        fields = _fields_of(cfg, path)
+        if not fields:
+            continue
+        node = OmegaConf.to_container(_node(cfg, path), resolve=False)
+        filled = {"name": node.pop("name")}
+        for name, default in fields.items():
+            if name == "name":
+                continue  # the key that selects the component (a parameter so named cannot be set)
+            if name in node:
+                filled[name] = node.pop(name)
+            elif default != "???" and _representable(default):
+                filled[name] = list(default) if isinstance(default, tuple) else default
+        filled.update(node)  # unknown keys stay: validate_config names them
+        OmegaConf.update(cfg, path, filled, merge=False)
     return cfg
+
+
+def _representable(value: Any) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_representable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _representable(v) for k, v in value.items())
+    return False
 
 
 def _unknown_override(key: str, others: list[str]) -> str:

@@ -5,10 +5,11 @@
     _prepare_run   resume (resume_from=auto) · write config.yaml · setup()
                    (a failed resume writes nothing; a resumed FINISHED run returns at once)
     loop:
-      STEP_START → train_step() → STEP_END(metrics)     # subclasses customise train_step
+      STEP_START → train_step() → scheduler.step() → STEP_END(metrics)   # subclasses write train_step
       every eval_every → evaluate() → EVAL_END
       every save_every → save_checkpoint() → CHECKPOINT_SAVED
     _finish        final eval · final checkpoint · FIT_END
+    teardown()     however fit ends (GRPO shuts its engine down)
 
 The loop never logs and never writes metrics: it emits events, and callbacks observe them.
 
@@ -33,8 +34,15 @@ trainer whose loss is already a mean (GRPO's minibatch loss) passes ``num_items=
 as ``loss_sum``: the gradients are left as they are. ``params`` defaults to the model's trainable
 parameters. The scheduler steps once per ``train_step`` (after it), in ``fit``, however many
 optimizer steps the train step took. ``with self.eval_mode(module):`` runs a block with a
-module in eval mode and restores its mode. The frozen reference model (``parts.reference_model``)
-is built by the ``ExperimentBuilder`` like every other component; a trainer only reads it.
+module in eval mode and restores its mode.
+
+Components a trainer declares: ``uses_reference = True`` makes the ``ExperimentBuilder`` build the
+frozen reference (``parts.reference_model``, when the objective ``needs_reference``; from
+``trainer.reference_path`` or a copy of the policy as built), ``uses_engine = True`` the inference
+engine (``parts.engine``: the run's ``engine`` node, else ``default_engine(settings)``). A trainer
+only reads them, and never writes into the objective, collator, dataset or engine; what an
+objective needs it declares (``needs_reference``, ``needs_entropy``, ``needs_kl_pairs``,
+``needs_value_head``, defaults in ``objectives/base.py``).
 """
 
 from __future__ import annotations
