@@ -22,10 +22,16 @@ include: "workflow/rules/plot.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/serve_bench.smk"
 include: "workflow/rules/publish.smk"
+include: "workflow/rules/table.smk"
 
 
 rule all:
     default_target: True
     input:
         expand(stages.PATHS["results"], run=sorted(RUNS)),
-        expand(stages.PATHS["bench"], run=sorted(RUNS)),
+        [
+            stages.PATHS["bench"].format(run=r)
+            for r in sorted(RUNS)
+            if stages.runs_stage(RUNS[r], stages.BY_NAME["serve_bench"])
+        ],
+        expand(stages.TABLE_PATHS["md"], table=sorted(TABLES)),

@@ -151,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_memory_parser(sub)
 
+    from toolbox.eval.table import add_parser as add_table_parser  # toolbox table: mean ± std vs a paper
+
+    add_table_parser(sub)
+
     p = sub.add_parser("data", help="build the data set and tokenizer once; later stages read them")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.add_argument("--config", help="a composed config.yaml (from `toolbox compose --out`)")

@@ -570,7 +570,8 @@ def compose_run(
 def use_prepared_data(cfg: DictConfig, data_dir: str | Path) -> DictConfig:
     """Point a config at the output of ``toolbox data`` (records + tokenizer) instead of building them."""
     cfg.data.source = {"name": "prepared", "path": str(data_dir)}
-    cfg.tokenizer = {"name": "pretrained", "path": str(Path(data_dir) / "tokenizer")}
+    if cfg.get("tokenizer") is not None:  # models of vectors and graphs have none
+        cfg.tokenizer = {"name": "pretrained", "path": str(Path(data_dir) / "tokenizer")}
     return cfg
 
 

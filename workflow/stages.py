@@ -111,6 +111,8 @@ class Stage:
         checkpoint: a Snakemake checkpoint. Compose is one, so that after it reruns Snakemake
             re-evaluates every stage that reads a config slice, and a stage whose slice did not
             change does not rerun (the same per-stage check DVC makes with hashes).
+        optional: a run may leave it out (``skip: [<name>]`` in its entry); no other stage reads
+            its outputs (serve_bench: a graph model is not served over the OpenAI API).
     """
 
     name: str
@@ -121,6 +123,7 @@ class Stage:
     checkpoint: bool = False
     doc: str = ""
     when: str | None = None  # only for the runs whose entry has this key (``agent``)
+    optional: bool = False
 
     def applies(self, entry: dict[str, Any] | None) -> bool:
         return self.when is None or bool((entry or {}).get(self.when))
@@ -237,6 +240,7 @@ STAGES: tuple[Stage, ...] = (
         deps={"model": PATHS["model"], "script": SERVE_BENCH},
         outs={"bench": Out(PATHS["bench"])},
         doc="bench.json: `toolbox bench serve` against `toolbox serve` of the trained model",
+        optional=True,
     ),
     Stage(
         "publish",
@@ -345,6 +349,12 @@ def run_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> lis
     return [d.format(run=run) for d in stage.deps.values()] + extra_deps(stage, run, entry)
 
 
+def runs_stage(entry: dict[str, Any] | None, stage: Stage) -> bool:
+    """Whether the run has this stage: a stage ``when`` a key needs it in the entry (``agent``), and
+    a run's ``skip`` leaves out optional stages."""
+    return stage.applies(entry) and (entry is None or stage.name not in (entry.get("skip") or []))
+
+
 def resources(entry: dict[str, Any]) -> dict[str, Any]:
     return {**RESOURCE_DEFAULTS, **(entry.get("resources") or {})}
 
@@ -410,7 +420,12 @@ def config_errors(cfg: Any) -> list[str]:
         where = "/".join(str(p) for p in e.absolute_schema_path)
         lines.append(f"{key}: {e.message} (schema: {Path(SCHEMA).name}#/{where})")
     if not lines:
-        lines = init_from_errors(cfg["runs"]) + data_from_traces_errors(cfg["runs"])
+        lines = (
+            init_from_errors(cfg["runs"])
+            + data_from_traces_errors(cfg["runs"])
+            + skip_errors(cfg["runs"])
+            + table_errors(cfg)
+        )
     return lines
 
 
@@ -431,6 +446,17 @@ def data_from_traces_errors(runs: dict[str, Any]) -> list[str]:
         elif source == run:
             lines.append(f"runs.{run}.data_from_traces: a run cannot train on its own traces")
     return lines
+
+
+def skip_errors(runs: dict[str, Any]) -> list[str]:
+    """``skip`` may name only optional stages (those no other stage reads)."""
+    optional = sorted(s.name for s in STAGES if s.optional)
+    return [
+        f"runs.{run}.skip: '{name}' is not a stage a run may skip (these may: {', '.join(optional)})"
+        for run, entry in runs.items()
+        for name in entry.get("skip") or []
+        if name not in optional
+    ]
 
 
 def init_from_errors(runs: dict[str, Any]) -> list[str]:
@@ -467,6 +493,58 @@ def load_config(path: str | Path = CONFIG_FILE) -> dict[str, Any]:
         return yaml.safe_load(f) or {}
 
 
+# -- tables ---------------------------------------------------------------------------------------
+# A table of config/config.yaml (``tables: {name: {metric, scale, rows: {label: {runs, reference}}}}``)
+# is the mean ± std of one eval metric over each row's runs (seeds), beside the row's reference
+# number (a paper's): ``toolbox table`` reads the runs' eval.json and writes the Markdown and JSON.
+TABLE_PATHS = {"md": "results/tables/{table}.md", "json": "results/tables/{table}.json"}
+TABLE_LOG = "work/_tables/logs/{table}.log"
+
+
+def table_log(name: str) -> str:
+    return TABLE_LOG.format(table=name)
+
+
+def table_runs(row: dict[str, Any], runs: dict[str, Any]) -> list[str]:
+    """A row's runs: a list of run names, or one glob over them (``gcn_cora_s*``)."""
+    import fnmatch
+
+    pattern = row["runs"]
+    if isinstance(pattern, str):
+        return sorted(r for r in runs if fnmatch.fnmatchcase(r, pattern))
+    return list(pattern)
+
+
+def table_deps(table: dict[str, Any], runs: dict[str, Any]) -> list[str]:
+    return [PATHS["eval"].format(run=r) for row in table["rows"].values() for r in table_runs(row, runs)]
+
+
+def table_command(name: str, table: dict[str, Any], runs: dict[str, Any]) -> str:
+    """The table's ``toolbox table`` command (one ``--row`` per row: label, reference, eval files)."""
+    parts = ["toolbox table", "--metric", shlex.quote(table["metric"]), "--scale", str(table.get("scale", 1))]
+    for label, row in table["rows"].items():
+        evals = [PATHS["eval"].format(run=r) for r in table_runs(row, runs)]
+        parts += ["--row", shlex.quote(str(label)), shlex.quote(str(row.get("reference", "")) or "-"), *evals]
+    parts += ["--title", shlex.quote(str(table.get("title", name)))]
+    parts += ["--out", TABLE_PATHS["md"].format(table=name), "--json", TABLE_PATHS["json"].format(table=name)]
+    return " ".join(parts)
+
+
+def table_errors(cfg: dict[str, Any]) -> list[str]:
+    """Every row must name at least one run of the file."""
+    runs, lines = cfg["runs"], []
+    for name, table in (cfg.get("tables") or {}).items():
+        for label, row in table["rows"].items():
+            found = table_runs(row, runs)
+            unknown = [r for r in found if r not in runs]
+            if unknown or not found:
+                lines.append(
+                    f"tables.{name}.rows.{label}.runs: {', '.join(unknown) or repr(row['runs'])} "
+                    f"names no run of this file (the runs: {', '.join(sorted(runs))})"
+                )
+    return lines
+
+
 # -- dvc.yaml -------------------------------------------------------------------------------------
 HEADER = """\
 # GENERATED from config/config.yaml by workflow/stages.py -- do not edit by hand.
@@ -475,13 +553,14 @@ HEADER = """\
 """
 
 
-def dvc_stages(runs: dict[str, Any]) -> dict[str, Any]:
-    """dvc.yaml's content as a dict: one DVC stage per (stage, run), plus metrics and plots."""
+def dvc_stages(runs: dict[str, Any], tables: dict[str, Any] | None = None) -> dict[str, Any]:
+    """dvc.yaml's content as a dict: one DVC stage per (stage, run) and per table, plus metrics and
+    plots."""
     stages: dict[str, Any] = {}
     for stage in STAGES:
         for run in sorted(runs) if stage.per_run else [None]:
             entry = runs[run] if run is not None else None
-            if not stage.applies(entry):
+            if not runs_stage(entry, stage):
                 continue
             spec: dict[str, Any] = {"cmd": dvc_cmd(stage, run, entry)}
             spec["deps"] = run_deps(stage, run, entry)
@@ -495,6 +574,13 @@ def dvc_stages(runs: dict[str, Any]) -> dict[str, Any]:
             if metrics:
                 spec["metrics"] = metrics
             stages[stage.dvc_name(run)] = spec
+    for name, table in sorted((tables or {}).items()):
+        stages[f"table-{name}"] = {
+            "cmd": f"mkdir -p {Path(table_log(name)).parent} && "
+            + shell_line(table_command(name, table, runs), table_log(name)),
+            "deps": table_deps(table, runs),
+            "outs": [TABLE_PATHS["md"].format(table=name), TABLE_PATHS["json"].format(table=name)],
+        }
     plots = []
     for run in sorted(runs):
         curves = f"{PATHS['results'].format(run=run)}/curves"
@@ -537,32 +623,35 @@ def trainer_name(entry: dict[str, Any]) -> str:
     return "supervised"
 
 
-def fingerprint(runs: dict[str, Any]) -> str:
-    """What dvc.yaml is made from (the runs and this file), hashed: the Snakefile compares it with
-    dvc.yaml's first line on every call, which costs far less than writing dvc.yaml anew."""
+def fingerprint(runs: dict[str, Any], tables: dict[str, Any] | None = None) -> str:
+    """What dvc.yaml is made from (the runs, the tables and this file), hashed: the Snakefile
+    compares it with dvc.yaml's first line on every call, which costs far less than writing
+    dvc.yaml anew."""
     import hashlib
 
-    h = hashlib.sha256(json.dumps(runs, sort_keys=True, default=str).encode())
+    made_from = runs if not tables else {"runs": runs, "tables": tables}
+    h = hashlib.sha256(json.dumps(made_from, sort_keys=True, default=str).encode())
     h.update(Path(__file__).read_bytes())
     return h.hexdigest()[:16]
 
 
-def dvc_yaml_text(runs: dict[str, Any]) -> str:
+def dvc_yaml_text(runs: dict[str, Any], tables: dict[str, Any] | None = None) -> str:
     import yaml
 
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    body = yaml.dump(dvc_stages(runs), Dumper=dumper, sort_keys=False, width=1000)
-    return f"# fingerprint: {fingerprint(runs)}\n" + HEADER + body
+    body = yaml.dump(dvc_stages(runs, tables), Dumper=dumper, sort_keys=False, width=1000)
+    return f"# fingerprint: {fingerprint(runs, tables)}\n" + HEADER + body
 
 
-def dvc_yaml_is_current(path: str | Path, runs: dict[str, Any]) -> bool:
-    """Whether the file at ``path`` was generated from these runs by this version of stages.py."""
+def dvc_yaml_is_current(path: str | Path, runs: dict[str, Any], tables: dict[str, Any] | None = None) -> bool:
+    """Whether the file at ``path`` was generated from these runs and tables by this version of
+    stages.py."""
     try:
         with open(path) as f:
             first = f.readline()
     except FileNotFoundError:
         return False
-    return first.strip() == f"# fingerprint: {fingerprint(runs)}"
+    return first.strip() == f"# fingerprint: {fingerprint(runs, tables)}"
 
 
 # -- command line ---------------------------------------------------------------------------------
@@ -585,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     if errors:
         print(f"error: {args.config} is not valid:\n" + "\n".join(f"  {e}" for e in errors), file=sys.stderr)
         return 2
-    runs = cfg["runs"]
+    runs, tables = cfg["runs"], cfg.get("tables")
     if args.command == "show":
         try:
             entry = run_entry(runs, args.run)
@@ -594,11 +683,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for stage in STAGES:
             run = args.run if stage.per_run else None
-            if not stage.applies(entry if run else None):
+            if not runs_stage(entry if run else None, stage):
                 continue
             print(f"# {stage.dvc_name(run)}: {stage.doc}\n{command(stage, run, entry if run else None)}\n")
         return 0
-    text = dvc_yaml_text(runs)
+    text = dvc_yaml_text(runs, tables)
     out = Path(args.out)
     if not out.is_absolute():
         out = REPO / out
@@ -612,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.out} is up to date")
         return 0
     out.write_text(text)
-    print(f"wrote {args.out} ({len(runs)} runs, {sum(1 for _ in dvc_stages(runs)['stages'])} stages)")
+    print(f"wrote {args.out} ({len(runs)} runs, {sum(1 for _ in dvc_stages(runs, tables)['stages'])} stages)")
     return 0
 
 

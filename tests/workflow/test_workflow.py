@@ -27,7 +27,7 @@ STAGE_NAMES = {"defaults", "compose", "data", "train", "eval", "check", "plot", 
 # -- one definition, two pipelines ----------------------------------------------------------------
 def test_dvc_yaml_is_generated_from_the_config_and_up_to_date() -> None:
     cfg = stages.load_config(REPO / "config" / "config.yaml")
-    assert (REPO / "dvc.yaml").read_text() == stages.dvc_yaml_text(cfg["runs"]), (
+    assert (REPO / "dvc.yaml").read_text() == stages.dvc_yaml_text(cfg["runs"], cfg.get("tables")), (
         "dvc.yaml is out of date with config/config.yaml: run `python workflow/stages.py dvc`"
     )
 

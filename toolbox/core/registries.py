@@ -23,6 +23,7 @@ OBJECTIVES = Registry(
         "toolbox.objectives.preference",
         "toolbox.objectives.dpo_family",
         "toolbox.objectives.policy",
+        "toolbox.objectives.graph",
         "toolbox.decision.objectives",
     ),
 )
@@ -50,6 +51,8 @@ LAUNCHERS = Registry(
 ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
 REWARDS = Registry("reward", modules=("toolbox.rewards",))
 ADVANTAGES = Registry("advantage", modules=("toolbox.rl.advantages",))
-EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators", "toolbox.eval.decision"))
+EVALUATORS = Registry(
+    "evaluator", modules=("toolbox.eval.evaluators", "toolbox.eval.decision", "toolbox.eval.graph")
+)
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
 VECTOR_INDEXES = Registry("vector_index", modules=("toolbox.memory.index",))

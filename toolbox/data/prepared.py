@@ -4,6 +4,9 @@
 
     DIR/train.jsonl  DIR/test.jsonl  DIR/facts.json  DIR/tokenizer/
 
+(a graph source's PyG graphs go into ``DIR/graphs.pt`` instead of the two jsonl files: see
+``toolbox.data.graphs``)
+
 atomically (a temp folder renamed into place), and the train and eval stages read it back through
 the ``prepared`` source and the ``pretrained`` tokenizer, so every stage sees exactly the same data
 and vocabulary.
@@ -21,6 +24,7 @@ from toolbox.core.atomic import fsync_dir
 from toolbox.core.errors import DataError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
+from toolbox.data.graphs import GRAPHS_FILE, is_graph, load_graphs, save_graphs
 
 
 def _write_jsonl(path: Path, records: Any) -> None:
@@ -36,8 +40,11 @@ def write_prepared(out: Path, splits: Splits, tokenizer: Any) -> Path:
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    _write_jsonl(tmp / "train.jsonl", splits.train)
-    _write_jsonl(tmp / "test.jsonl", splits.test)
+    if any(is_graph(r) for r in (*splits.train[:1], *splits.test[:1])):  # PyG graphs: one torch file
+        save_graphs(tmp / GRAPHS_FILE, splits)
+    else:
+        _write_jsonl(tmp / "train.jsonl", splits.train)
+        _write_jsonl(tmp / "test.jsonl", splits.test)
     (tmp / "facts.json").write_text(json.dumps(splits.facts, sort_keys=True, indent=2) + "\n")
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "tokenizer")
@@ -62,12 +69,15 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 @SOURCES.register("prepared")
 def prepared(path: str) -> Splits:
-    """The output folder of ``toolbox data`` (train.jsonl, test.jsonl, facts.json).
+    """The output folder of ``toolbox data`` (train.jsonl, test.jsonl, facts.json; or graphs.pt, facts.json).
 
     Args:
         path: the folder ``toolbox data --out`` wrote.
     """
     root = Path(path)
+    if (root / GRAPHS_FILE).is_file() and (root / "facts.json").is_file():
+        train, test = load_graphs(root / GRAPHS_FILE)
+        return Splits(train, test, json.loads((root / "facts.json").read_text()))
     missing = [n for n in ("train.jsonl", "test.jsonl", "facts.json") if not (root / n).is_file()]
     if missing:
         raise DataError(

@@ -74,7 +74,33 @@ class PolicyObjective(Objective):
     family = "policy"
 
 
-class GraphObjective(Objective):
-    """A loss over graph batches."""
+class GraphObjective(SupervisedObjective):
+    """A loss over graph batches (``toolbox.objectives.graph``): a supervised objective whose items
+    (nodes, node pairs or graphs) belong to splits, so one forward pass over a graph serves the
+    training loss and the validation and test scores alike.
+
+    ``predict(model, batch, splits)`` returns, per split, the scores and targets of that split's
+    items; ``__call__`` is the training loss over the ``train`` items, so the supervised trainer
+    trains these objectives as it trains any other.
+    """
 
     family = "graph"
+
+    @abstractmethod
+    def predict(
+        self, model: Any, batch: dict[str, Any], splits: tuple[str, ...]
+    ) -> dict[str, tuple[Any, Any]]:
+        """``{split: (scores, targets)}`` of the items of each split, from one forward pass."""
+
+    @abstractmethod
+    def loss_sum(self, scores: Any, targets: Any) -> Any:
+        """The loss summed over the items."""
+
+    @abstractmethod
+    def num_correct(self, scores: Any, targets: Any) -> float:
+        """How many items are predicted right."""
+
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
+        scores, targets = self.predict(model, batch, ("train",))["train"]
+        loss = self.loss_sum(scores, targets)
+        return LossOutput(loss, int(targets.shape[0]), {"correct": self.num_correct(scores, targets)})

@@ -46,6 +46,48 @@ def adamw(
     )
 
 
+@OPTIMIZERS.register("adam")
+def adam(
+    model: torch.nn.Module,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+    decay_only: list[str] | None = None,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> torch.optim.Optimizer:
+    """Adam with L2 weight decay added to the gradient (``torch.optim.Adam``), as the GCN and GAT
+    papers train.
+
+    Args:
+        lr: learning rate.
+        weight_decay: L2 penalty coefficient.
+        decay_only: names of the modules whose parameters are decayed (a parameter is decayed when
+            its name starts with one of them, e.g. ``[convs.0]``: the first layer only, as the GCN
+            paper); null decays every parameter.
+        betas: Adam's moment coefficients.
+        eps: Adam's denominator epsilon.
+    """
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if decay_only is None:
+        groups = [{"params": [p for _, p in named], "weight_decay": weight_decay}]
+    else:
+        prefixes = tuple(f"{m}." for m in decay_only)
+        unmatched = [m for m in decay_only if not any(n.startswith(f"{m}.") for n, _ in named)]
+        if unmatched:
+            from toolbox.core.errors import ConfigError
+
+            modules = sorted({n.rsplit(".", 1)[0] for n, _ in named})
+            raise ConfigError(
+                f"optimizer.decay_only: no parameter of the model is under {unmatched[0]!r}; "
+                f"its modules with parameters: {', '.join(modules)}."
+            )
+        groups = [
+            {"params": [p for n, p in named if n.startswith(prefixes)], "weight_decay": weight_decay},
+            {"params": [p for n, p in named if not n.startswith(prefixes)], "weight_decay": 0.0},
+        ]
+    return torch.optim.Adam(groups, lr=lr, betas=betas, eps=eps)
+
+
 @OPTIMIZERS.register("sgd")
 def sgd(
     model: torch.nn.Module,

@@ -25,6 +25,7 @@ if errors:
         f"{CONFIG_NAME} is not valid:\n" + "\n".join(f"  {e}" for e in errors)
     )
 RAW_RUNS = copy.deepcopy(config["runs"])  # as written: what dvc.yaml is generated from
+TABLES = copy.deepcopy(config.get("tables") or {})  # name -> table of config/config.yaml
 RUNS = {
     run: {**e, "overrides": e.get("overrides") or [], "resources": stages.resources(e)}
     for run, e in config["runs"].items()
@@ -155,7 +156,7 @@ def train_resource(key):
 def check_dvc_yaml():
     """Warn when dvc.yaml does not describe the runs of this config (it is generated from it)."""
     dvc = Path(workflow.basedir) / stages.DVC_FILE
-    if dvc.is_file() and not stages.dvc_yaml_is_current(dvc, RAW_RUNS):
+    if dvc.is_file() and not stages.dvc_yaml_is_current(dvc, RAW_RUNS, TABLES or None):
         logger.warning(
             f"dvc.yaml does not describe the runs of {CONFIG_NAME}: regenerate it with "
             "`python workflow/stages.py dvc` (Snakemake itself does not read dvc.yaml)."

@@ -15,7 +15,8 @@ stage  sections taken from the run (the rest: the defaults)
 =====  =====================================================================================
 data   seed, data, tokenizer                                     (+ run_dir)
 train  everything but ``eval`` and ``resume_from`` (in-training evaluation runs the default
-       evaluators; the workflow's eval stage runs the run's own)
+       evaluators; the workflow's eval stage runs the run's own), but ``eval`` too for a run whose
+       callbacks select the model by eval metrics (``best_model``)
 eval   seed, device, deterministic, data, objective, precision, strategy, engine, eval
        (+ run_dir; model and tokenizer are the trained model's, data.source the data stage's)
 =====  =====================================================================================
@@ -53,13 +54,20 @@ KEEP: dict[str, Any] = {
     ),
 }
 EXCLUDE = {"train": ("eval", "resume_from")}
+# callbacks that choose the model by the evaluators' metrics (test accuracy at the best validation
+# epoch): a run with one keeps its own eval section in the train slice, since training reads it
+SELECT_ON_EVAL = ("best_model",)
 
 
 def slice_config(full: dict[str, Any], defaults: dict[str, Any], stage: str) -> dict[str, Any]:
     """The stage's config: ``full``'s keys the stage reads, ``defaults``' for the rest, in ``full``'s order."""
     keep = KEEP[stage]
     if keep is ALL:
-        keep = tuple(k for k in full if k not in EXCLUDE.get(stage, ()))
+        exclude = EXCLUDE.get(stage, ())
+        callbacks = (full.get("callbacks") or {}).values()
+        if stage == "train" and any((c or {}).get("name") in SELECT_ON_EVAL for c in callbacks):
+            exclude = tuple(k for k in exclude if k != "eval")
+        keep = tuple(k for k in full if k not in exclude)
     out: dict[str, Any] = {}
     for key in list(full) + [k for k in defaults if k not in full]:
         if key in keep:

@@ -16,9 +16,12 @@ the loss reads ``completion_mask`` (1 where the token is a target).
   rejected rows in one right-padded batch, for the preference trainer's single forward.
 - ``unpaired_preference``: ``unpaired_preference`` examples (prompt_ids, completion_ids, label), one
   row each, then (for KTO) the mismatched rows prompt i + completion i-1, with ``label`` a bool tensor.
+- ``graph``: PyG graphs (``graphs`` examples) into one disjoint graph's tensors (``x``, ``edge_index``,
+  ``y``, masks, ``batch``).
 """
 
 from toolbox.data.collators import (  # noqa: F401  (registers the collators)
+    graph,
     packing,
     pad,
     preference,

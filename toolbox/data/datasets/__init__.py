@@ -14,6 +14,7 @@ chat                 input_ids (the chat template), completion_mask (1 on assist
 preference           prompt_ids (bos prompt), chosen_ids, rejected_ids (each ending in eos)
 unpaired_preference  prompt_ids (bos prompt), completion_ids (ending in eos), label (bool: desirable)
 prompt_only          prompt_ids (bos prompt) and every field of the record
+graphs               PyG graphs (``toolbox.data.graphs``), through PyG transforms / the link split
 ==================== ===========================================================================
 
 ``input_ids``/``completion_mask`` examples are batched by the ``pad`` and ``packing`` collators;
@@ -23,6 +24,7 @@ prompt_only          prompt_ids (bos prompt) and every field of the record
 from toolbox.data.datasets import (  # noqa: F401  (registers the factories)
     chat,
     features,
+    graphs,
     lm_text,
     preference,
     prompt_completion,

@@ -10,6 +10,8 @@
 - ``gsm8k``: the GSM8K grade-school math problems from a local jsonl file.
 - ``blobs``: generated Gaussian clusters for classifiers (facts: in_dim, num_classes).
 - ``intents``: generated customer messages with one of 12 intents (decision readouts).
+- ``planetoid``, ``tu_dataset``, ``karate_club``, ``sbm``: PyG graphs for node, link and graph tasks
+  (``toolbox.data.graphs``; facts: in_dim, num_classes).
 """
 
 from toolbox.data.sources import (  # noqa: F401  (registers the sources)
@@ -21,5 +23,9 @@ from toolbox.data.sources import (  # noqa: F401  (registers the sources)
     gsm8k,
     hub,
     intents,
+    karate_club,
     local,
+    planetoid,
+    sbm,
+    tu_dataset,
 )

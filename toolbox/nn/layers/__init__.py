@@ -3,13 +3,15 @@
 Importing this package registers every built-in layer; the ``LAYERS`` registry does so on its first
 lookup. Names read ``<role>/<kind>``:
 
-- ``activation/relu``, ``activation/gelu``, ``activation/silu``, ``activation/tanh``
-- ``norm/layernorm``, ``norm/rmsnorm`` (injected: ``dim``)
+- ``activation/relu``, ``activation/gelu``, ``activation/silu``, ``activation/tanh``, ``activation/elu``
+- ``norm/layernorm``, ``norm/rmsnorm``, ``norm/batchnorm`` (injected: ``dim``)
 - ``mlp/dense`` (injected: ``in_dim``, ``out_dim``)
 - ``feedforward/gelu``, ``feedforward/swiglu`` (injected: ``dim``)
 - ``attention/mha`` (injected: ``dim``, ``num_heads``)
+- ``graph_conv/gcn``, ``graph_conv/sage``, ``graph_conv/gat``, ``graph_conv/gin`` (PyG; injected: ``in_dim``,
+  ``out_dim``)
 """
 
-from toolbox.nn.layers import activation, attention, feedforward, mlp, norm
+from toolbox.nn.layers import activation, attention, feedforward, graph_conv, mlp, norm
 
-__all__ = ["activation", "attention", "feedforward", "mlp", "norm"]
+__all__ = ["activation", "attention", "feedforward", "graph_conv", "mlp", "norm"]

@@ -35,3 +35,13 @@ def silu() -> nn.Module:
 def tanh() -> nn.Module:
     """Hyperbolic tangent."""
     return nn.Tanh()
+
+
+@LAYERS.register("activation/elu")
+def elu(alpha: float = 1.0) -> nn.Module:
+    """Exponential linear unit, ``x`` for ``x > 0`` else ``alpha * (exp(x) - 1)`` (GAT's non-linearity).
+
+    Args:
+        alpha: the value the negative side saturates at (as ``-alpha``).
+    """
+    return nn.ELU(alpha=alpha)

@@ -28,3 +28,16 @@ def rmsnorm(dim: int, eps: float = 1e-6) -> nn.Module:
         eps: added to the mean square for numerical stability (Llama uses 1e-6).
     """
     return nn.RMSNorm(dim, eps=eps)
+
+
+@LAYERS.register("norm/batchnorm")
+def batchnorm(dim: int, eps: float = 1e-5, momentum: float = 0.1) -> nn.Module:
+    """Batch normalization over the rows of a ``(items, dim)`` input (nodes or graphs), with running
+    statistics for evaluation (GIN's MLPs use it).
+
+    Args:
+        dim: the feature dimension; injected by the owning component.
+        eps: added to the variance for numerical stability.
+        momentum: weight of the current batch in the running statistics.
+    """
+    return nn.BatchNorm1d(dim, eps=eps, momentum=momentum)

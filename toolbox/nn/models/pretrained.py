@@ -31,6 +31,11 @@ def pretrained(
     import torch
     from transformers import AutoModelForCausalLM
 
+    from toolbox.nn.models.saved import load_saved_model
+
+    own = load_saved_model(path)  # a folder our own models (gnn) wrote: config.json names the model
+    if own is not None:
+        return own
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     from toolbox.nn.adapters import holds_adapter, load_adapted
 

@@ -1,6 +1,7 @@
 """The built-in callbacks; importing this package registers them in ``CALLBACKS``."""
 
 from toolbox.trainer.callbacks import (  # noqa: F401 - imported to register
+    best_model,
     console,
     early_stopping,
     jsonl,

@@ -1,0 +1,106 @@
+"""Graph models trained by the supervised trainer: the same steps as a plain PyG loop, model
+selection on validation, the exported model, and a trained GIN on generated graphs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from toolbox.experiment import ExperimentBuilder, load_config
+
+pytest.importorskip("torch_geometric")
+
+REPO = Path(__file__).resolve().parents[2]
+PLANETOID = REPO.parent / "shared" / "data" / "planetoid"
+QUIET = ["callbacks=none", "device=cpu", "num_threads=1"]
+
+
+@pytest.mark.skipif(not (PLANETOID / "Cora" / "raw" / "ind.cora.x").is_file(), reason="no local Cora")
+def test_gcn_cora_steps_equal_a_plain_pyg_training_loop(tmp_path) -> None:
+    """experiment=gcn_cora is PyG's examples/gcn.py: the first steps' losses agree to float rounding."""
+    from torch_geometric.io import read_planetoid_data
+    from torch_geometric.nn import GCNConv
+    from torch_geometric.transforms import NormalizeFeatures
+
+    from toolbox.core.device import seed_everything
+
+    cfg = load_config(["experiment=gcn_cora", f"data.source.root={PLANETOID}", f"run_dir={tmp_path}", *QUIET])
+    trainer = ExperimentBuilder.from_config(cfg).build().trainer
+    ours = [trainer.train_step()["loss"] for _ in range(4)]
+
+    data = NormalizeFeatures()(read_planetoid_data(str(PLANETOID / "Cora" / "raw"), "cora"))
+    seed_everything(0)
+    conv1, conv2 = GCNConv(1433, 16), GCNConv(16, 7)
+    opt = torch.optim.Adam(
+        [
+            {"params": conv1.parameters(), "weight_decay": 5e-4},
+            {"params": conv2.parameters(), "weight_decay": 0},
+        ],
+        lr=0.01,
+    )
+    theirs = []
+    for _ in range(4):
+        opt.zero_grad()
+        x = F.dropout(data.x, 0.5, training=True)
+        x = F.dropout(conv1(x, data.edge_index).relu(), 0.5, training=True)
+        loss = F.cross_entropy(conv2(x, data.edge_index)[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        opt.step()
+        theirs.append(loss.item())
+    assert ours == pytest.approx(theirs, rel=1e-5)
+    assert ours[-1] < ours[0]
+
+
+def fit(overrides: list[str]) -> dict:
+    cfg = load_config(overrides)
+    return ExperimentBuilder.from_config(cfg).build().trainer.fit()
+
+
+def test_best_model_exports_the_weights_of_the_best_validation_epoch(tmp_path) -> None:
+    from toolbox.eval.run import evaluate_model
+
+    run = tmp_path / "run"
+    overrides = [
+        "experiment=gcn_cora", "data=karate_club", "trainer.max_steps=25", "optimizer.decay_only=null",
+        "callbacks=none", "+callbacks.jsonl={name: jsonl}", "+callbacks.checkpoint={name: checkpoint}",
+        "+callbacks.best_model={name: best_model, monitor: eval/val_accuracy}",
+        f"run_dir={run}", "device=cpu", "num_threads=1",
+    ]  # fmt: skip
+    fit(overrides)
+    evals = [
+        r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "eval"
+    ]
+    assert [r["step"] for r in evals] == list(range(1, 26))  # every step (the last one: the final evaluation)
+    best = max(evals, key=lambda r: (r["eval/val_accuracy"], -r["step"]))  # the first of the best
+    last = evals[-1]
+    assert last["eval/best_step"] == best["step"]
+    assert last["eval/best_test_accuracy"] == best["eval/test_accuracy"]
+    assert (run / "model" / "config.json").is_file() and (run / "model" / "model.safetensors").is_file()
+    exported = evaluate_model(load_config(overrides), run / "model")
+    assert exported["eval/test_accuracy"] == best["eval/test_accuracy"]
+    assert exported["eval/val_accuracy"] == best["eval/val_accuracy"]
+
+
+def test_gin_learns_to_classify_generated_block_model_graphs(tmp_path) -> None:
+    metrics = fit(
+        [
+            "experiment=gin_sbm", "data.source.num_graphs=120", "trainer.max_steps=40",
+            "trainer.eval_every=20", f"run_dir={tmp_path}", *QUIET,
+        ]
+    )  # fmt: skip
+    assert metrics["eval/test_accuracy"] >= 0.8, metrics  # 24 test graphs; chance is 0.5
+
+
+def test_link_prediction_reports_roc_auc_on_held_out_edges(tmp_path) -> None:
+    metrics = fit(
+        [
+            "experiment=gae_cora", "data=sbm", "+data.source.block_size=40", "+data.dataset.link_split={num_val: 0.1, num_test: 0.2}",
+            "model.hidden_dims=[32,16]", "trainer.max_steps=40", "trainer.eval_every=10", f"run_dir={tmp_path}", *QUIET,
+        ]
+    )  # fmt: skip
+    assert 0.0 <= metrics["eval/test_accuracy"] <= 1.0
+    assert metrics["eval/test_roc_auc"] > 0.7, metrics  # chance is 0.5
