@@ -122,6 +122,7 @@ COMPONENT_NODES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("strategy", "STRATEGIES", frozenset({"context"})),
     ("launcher", "LAUNCHERS", frozenset()),
     ("engine", "ENGINES", frozenset({"model", "tokenizer"})),
+    ("env", "ENVS", frozenset()),
 )
 # config key -> registry of nodes that are a mapping of label -> component spec
 COMPONENT_MAPS = (("callbacks", "CALLBACKS"), ("eval", "EVALUATORS"))
@@ -140,6 +141,7 @@ GROUP_KEYS = {
     "launcher",
     "engine",
     "eval",
+    "env",
 }
 MODEL_FACTS = (
     "vocab_size",
@@ -150,6 +152,9 @@ MODEL_FACTS = (
     "num_classes",
     "obs_dim",
     "num_actions",
+    "action_dim",
+    "action_low",
+    "action_high",
 )
 
 
@@ -218,6 +223,7 @@ class Components:
     callbacks: list = field(default_factory=list)
     evaluators: list = field(default_factory=list)
     trainer: Any = None
+    env: Any = None  # a toolbox.rl.envs.GymEnv when the config has an env: node
 
     @property
     def test_records(self) -> Any:
@@ -237,6 +243,8 @@ class ExperimentBuilder:
         """The raw splits and the tokenizer (trained on the training split when it needs to be)."""
         from toolbox.core.registries import SOURCES, TOKENIZERS
 
+        if self.cfg.get("data") is None:  # an environment run (env:) learns from no data set
+            return None, None
         splits = SOURCES.build(self.cfg.data.source, "data.source")
         tokenizer = None  # models of vectors (classifiers) have none
         if self.cfg.get("tokenizer") is not None:
@@ -250,6 +258,7 @@ class ExperimentBuilder:
             CALLBACKS,
             COLLATORS,
             DATASETS,
+            ENVS,
             EVALUATORS,
             MODELS,
             OBJECTIVES,
@@ -272,11 +281,18 @@ class ExperimentBuilder:
         strategy.setup()
 
         splits, tokenizer = self.build_data()
-        factory = DATASETS.build(cfg.data.dataset, "data.dataset", tokenizer=tokenizer)
-        train_data, eval_data = factory(splits.train), factory(splits.test)
-        collator = COLLATORS.build(cfg.data.collator, "data.collator", tokenizer=tokenizer)
+        train_data = eval_data = collator = None
+        if splits is not None:
+            factory = DATASETS.build(cfg.data.dataset, "data.dataset", tokenizer=tokenizer)
+            train_data, eval_data = factory(splits.train), factory(splits.test)
+            collator = COLLATORS.build(cfg.data.collator, "data.collator", tokenizer=tokenizer)
+        env = ENVS.build(cfg.env, "env") if cfg.get("env") is not None else None
 
-        facts = {**_tokenizer_facts(tokenizer), **splits.facts}
+        facts = {
+            **_tokenizer_facts(tokenizer),
+            **(splits.facts if splits is not None else {}),
+            **(env.facts if env is not None else {}),
+        }
         seed_everything(cfg.seed)  # the model's init does not depend on what data building drew
         model = strategy.prepare_model(MODELS.build(cfg.model, "model", **facts))
         trainer_cfg = cfg.trainer
@@ -309,6 +325,7 @@ class ExperimentBuilder:
                 CALLBACKS.build(s, f"callbacks.{k}") for k, s in (cfg.get("callbacks") or {}).items() if s
             ],
             evaluators=[EVALUATORS.build(s, f"eval.{k}") for k, s in (cfg.get("eval") or {}).items() if s],
+            env=env,
         )
         if with_trainer:
             settings = {

@@ -17,7 +17,12 @@ DATASETS = Registry("dataset", modules=("toolbox.data.datasets",))
 COLLATORS = Registry("collator", modules=("toolbox.data.collators",))
 OBJECTIVES = Registry(
     "objective",
-    modules=("toolbox.objectives.supervised", "toolbox.objectives.preference", "toolbox.objectives.policy"),
+    modules=(
+        "toolbox.objectives.supervised",
+        "toolbox.objectives.preference",
+        "toolbox.objectives.policy",
+        "toolbox.objectives.actor_critic",
+    ),
 )
 OPTIMIZERS = Registry("optimizer", modules=("toolbox.trainer.optim",))
 SCHEDULERS = Registry("scheduler", modules=("toolbox.trainer.optim",))
@@ -31,6 +36,7 @@ TRAINERS = Registry(
         "toolbox.trainer.grpo",
         "toolbox.trainer.trl_sft",
         "toolbox.trainer.trl_grpo",
+        "toolbox.trainer.ppo_env",
     ),
 )
 CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks",))
@@ -43,4 +49,5 @@ LAUNCHERS = Registry(
 ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
 REWARDS = Registry("reward", modules=("toolbox.rewards",))
 ADVANTAGES = Registry("advantage", modules=("toolbox.rl.advantages",))
-EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators",))
+EVALUATORS = Registry("evaluator", modules=("toolbox.eval.evaluators", "toolbox.eval.episodes"))
+ENVS = Registry("env", modules=("toolbox.rl.envs",))

@@ -54,3 +54,13 @@ class GraphObjective(Objective):
     """A loss over graph batches."""
 
     family = "graph"
+
+
+class ActorCriticObjective(Objective):
+    """``objective(model, batch) -> LossOutput`` on a minibatch of environment transitions
+    (observations, actions, old log-probs and values, advantages, returns) for an actor-critic."""
+
+    family = "actor_critic"
+
+    @abstractmethod
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput: ...

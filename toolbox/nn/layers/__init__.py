@@ -8,8 +8,10 @@ lookup. Names read ``<role>/<kind>``:
 - ``mlp/dense`` (injected: ``in_dim``, ``out_dim``)
 - ``feedforward/gelu``, ``feedforward/swiglu`` (injected: ``dim``)
 - ``attention/mha`` (injected: ``dim``, ``num_heads``)
+- ``policy_head/categorical`` (injected: ``num_actions``), ``policy_head/diag_gaussian``
+  (injected: ``action_dim``, ``action_low``, ``action_high``)
 """
 
-from toolbox.nn.layers import activation, attention, feedforward, mlp, norm
+from toolbox.nn.layers import activation, attention, feedforward, mlp, norm, policy_head
 
-__all__ = ["activation", "attention", "feedforward", "mlp", "norm"]
+__all__ = ["activation", "attention", "feedforward", "mlp", "norm", "policy_head"]
