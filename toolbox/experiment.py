@@ -347,7 +347,10 @@ def _tokenizer_facts(tokenizer: Any) -> dict[str, Any]:
 
 
 def use_prepared_data(cfg: DictConfig, data_dir: str | Path) -> DictConfig:
-    """Point a config at the output of ``toolbox data`` (records + tokenizer) instead of building them."""
+    """Point a config at the output of ``toolbox data`` (records + tokenizer) instead of building them.
+    A run without data (``data: null``, an environment run) is left as it is."""
+    if cfg.get("data") is None:
+        return cfg
     cfg.data.source = {"name": "prepared", "path": str(data_dir)}
     cfg.tokenizer = {"name": "pretrained", "path": str(Path(data_dir) / "tokenizer")}
     return cfg

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -18,8 +19,13 @@ def evaluate_model(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
     if not (model_dir / "config.json").is_file():
         raise ConfigError(f"--model: {model_dir} holds no saved model (config.json); train the run first.")
     cfg = cfg.copy()
-    cfg.model = {"name": "pretrained", "path": str(model_dir)}
-    cfg.tokenizer = {"name": "pretrained", "path": str(model_dir)}
+    saved = json.loads((model_dir / "config.json").read_text())
+    if saved.get("model_type") == "actor_critic":  # a policy of an environment run (ppo_env)
+        cfg.model = {"name": "actor_critic", "path": str(model_dir)}
+        cfg.tokenizer = None
+    else:
+        cfg.model = {"name": "pretrained", "path": str(model_dir)}
+        cfg.tokenizer = {"name": "pretrained", "path": str(model_dir)}
     cfg.callbacks = {}
     cfg.resume_from = None
     parts = ExperimentBuilder.from_config(cfg).build(with_trainer=False)
