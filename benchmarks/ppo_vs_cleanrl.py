@@ -12,9 +12,13 @@ gymnasium 0.29 had). Ours is ``toolbox train experiment=ppo_cartpole`` with the 
 final evaluation episodes, which CleanRL does not play.
 
 Reported per side: env steps per second over the whole training (CleanRL's SPS: global steps /
-wall time from the first reset to the last update), the mean episodic return of the last 20
-training episodes, and the ratio ours / CleanRL of the SPS (the goal is >= 1.0: the framework
-costs nothing). Both run in this process with ``torch.set_num_threads(--threads)``, CleanRL first.
+wall time from the first reset to the last update; ours: from ``fit()``'s start, after the
+environments and the model are built as CleanRL's are before its clock starts, to its end, the
+final checkpoint and model export included), the mean episodic return of the last 20 training
+episodes, and the ratio ours / CleanRL of the SPS (the goal is >= 1.0: the framework costs
+nothing). Both run in this process with ``torch.set_num_threads(--threads)``, CleanRL first. The
+two draw different random streams (CleanRL shuffles minibatches with NumPy, we with a seeded torch
+generator), so their returns are two samples of the same algorithm, not the same curve.
 """
 
 from __future__ import annotations
