@@ -47,7 +47,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     cfg = _config(args)
     splits, tokenizer = ExperimentBuilder(cfg).build_data()
     out = write_prepared(Path(args.out), splits, tokenizer)
-    print(json.dumps({"out": str(out), "train": len(splits.train), "test": len(splits.test)}))
+    counts = {"train": len(splits.train), "test": len(splits.test)} if splits else {"train": 0, "test": 0}
+    print(json.dumps({"out": str(out), **counts}))
     return 0
 
 

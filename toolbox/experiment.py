@@ -229,6 +229,8 @@ DATA_FACTS = (
     "obs_dim",
     "num_actions",
     "action_dim",
+    "action_low",
+    "action_high",
 )
 MODEL_FACTS = TOKENIZER_FACTS + DATA_FACTS
 # (config key, registry attribute, injected names) of every single-component node
@@ -246,6 +248,7 @@ COMPONENT_NODES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("strategy", "STRATEGIES", frozenset({"context"})),
     ("launcher", "LAUNCHERS", frozenset()),
     ("engine", "ENGINES", frozenset({"model", "tokenizer"})),
+    ("env", "ENVS", frozenset()),
 )
 TRAINER_INJECTED = frozenset({"parts"})
 #: every injected name: the catalog shows these apart from a component's config fields
@@ -268,6 +271,7 @@ GROUP_KEYS = {
     "launcher",
     "engine",
     "eval",
+    "env",
 }
 
 
@@ -366,6 +370,7 @@ class Components:
     reference_model: Any = None  # the frozen reference, when the trainer and the objective use one
     engine: Any = None  # the inference engine, when the trainer generates (GRPO)
     trainer: Any = None
+    env: Any = None  # a toolbox.rl.envs.GymEnv when the config has an env: node
 
     def release_reference(self) -> None:
         """Drop the reference model (a trainer that precomputed all it needs from it frees its memory)."""
@@ -389,6 +394,8 @@ class ExperimentBuilder:
         """The raw splits and the tokenizer (trained on the training split when it needs to be)."""
         from toolbox.core.registries import SOURCES, TOKENIZERS
 
+        if self.cfg.get("data") is None:  # an environment run (env:) learns from no data set
+            return None, None
         splits = SOURCES.build(self.cfg.data.source, "data.source")
         tokenizer = None  # models of vectors (classifiers) have none
         if self.cfg.get("tokenizer") is not None:
@@ -402,6 +409,7 @@ class ExperimentBuilder:
             CALLBACKS,
             COLLATORS,
             DATASETS,
+            ENVS,
             EVALUATORS,
             MODELS,
             OBJECTIVES,
@@ -423,11 +431,18 @@ class ExperimentBuilder:
         strategy.setup()
 
         splits, tokenizer = self.build_data()
-        factory = DATASETS.build(cfg.data.dataset, "data.dataset", tokenizer=tokenizer)
-        train_data, eval_data = factory(splits.train), factory(splits.test)
-        collator = COLLATORS.build(cfg.data.collator, "data.collator", tokenizer=tokenizer)
+        train_data = eval_data = collator = factory = None
+        if splits is not None:
+            factory = DATASETS.build(cfg.data.dataset, "data.dataset", tokenizer=tokenizer)
+            train_data, eval_data = factory(splits.train), factory(splits.test)
+            collator = COLLATORS.build(cfg.data.collator, "data.collator", tokenizer=tokenizer)
+        env = ENVS.build(cfg.env, "env") if cfg.get("env") is not None else None
 
-        facts = model_facts(tokenizer, splits.facts)
+        data_facts = {
+            **(splits.facts if splits is not None else {}),
+            **(env.facts if env is not None else {}),
+        }
+        facts = model_facts(tokenizer, data_facts)
         seed_everything(cfg.seed)  # the model's init does not depend on what data building drew
         model = MODELS.build(cfg.model, "model", **facts)
         if cfg.get("peft"):  # LoRA/DoRA through peft: only the adapter trains (toolbox/nn/adapters.py)
@@ -467,6 +482,7 @@ class ExperimentBuilder:
             ],
             evaluators=[EVALUATORS.build(s, f"eval.{k}") for k, s in (cfg.get("eval") or {}).items() if s],
             dataset=factory,
+            env=env,
         )
         if with_trainer:
             if trainer_cls.uses_reference and objective.needs_reference:  # before any step or resume
@@ -568,7 +584,10 @@ def compose_run(
 
 
 def use_prepared_data(cfg: DictConfig, data_dir: str | Path) -> DictConfig:
-    """Point a config at the output of ``toolbox data`` (records + tokenizer) instead of building them."""
+    """Point a config at the output of ``toolbox data`` (records + tokenizer) instead of building them.
+    A run without data (``data: null``, an environment run) is left as it is."""
+    if cfg.get("data") is None:
+        return cfg
     cfg.data.source = {"name": "prepared", "path": str(data_dir)}
     if cfg.get("tokenizer") is not None:  # models of vectors and graphs have none
         cfg.tokenizer = {"name": "pretrained", "path": str(Path(data_dir) / "tokenizer")}

@@ -121,3 +121,34 @@ def test_registry_lists_estimators():
     assert {"group_norm", "rloo", "reinforce_pp", "gae"} <= set(ADVANTAGES.names())
     with pytest.raises(ConfigError, match="scale"):
         _build("group_norm", scale="median")
+
+
+def test_gae_keeps_termination_and_truncation_apart_hand_computed():
+    """One env (column 0) terminates at step 1 and is truncated at step 2 (final obs value 4),
+    another (column 1) runs on; gamma = lam = 0.5. By hand, backwards:
+
+    column 0: t=3  δ = 4 + .5·8 − 2 = 6                                   A = 6
+              t=2  truncated: δ = 3 + .5·V(final)=.5·4 − 1.5 = 3.5, chain cut    A = 3.5
+              t=1  terminated: δ = 2 − 1 = 1, chain cut                        A = 1
+              t=0  δ = 1 + .5·1 − .5 = 1;  A = 1 + .25·1 = 1.25
+    column 1: δ = 1 at every step (V = 0):  A3 = 1, A2 = 1.25, A1 = 1.3125, A0 = 1.328125
+    Without the truncation tensors (CleanRL) t=2 of column 0 is δ = 3 − 1.5 = 1.5."""
+    rewards = torch.tensor([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0], [4.0, 1.0]])
+    values = torch.tensor([[0.5, 0.0], [1.0, 0.0], [1.5, 0.0], [2.0, 0.0]])
+    dones = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # obs t starts an episode
+    truncated = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    final_values = torch.tensor([[0.0, 0.0], [0.0, 0.0], [4.0, 0.0], [0.0, 0.0]])
+    next_value, next_done = torch.tensor([8.0, 0.0]), torch.tensor([0.0, 0.0])
+    gae = _build("gae", gamma=0.5, lam=0.5)
+
+    adv, ret = gae(rewards, values, dones, next_value, next_done, truncated, final_values)
+    expected = torch.tensor([[1.25, 1.328125], [1.0, 1.3125], [3.5, 1.25], [6.0, 1.0]])
+    torch.testing.assert_close(adv, expected, rtol=0, atol=0)
+    torch.testing.assert_close(ret, expected + values, rtol=0, atol=0)
+
+    cleanrl, _ = gae(rewards, values, dones, next_value, next_done)
+    expected[2, 0] = 1.5
+    torch.testing.assert_close(cleanrl, expected, rtol=0, atol=0)
+
+    with pytest.raises(ValueError, match="together"):
+        gae(rewards, values, dones, next_value, next_done, truncated, None)

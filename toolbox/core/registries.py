@@ -24,6 +24,7 @@ OBJECTIVES = Registry(
         "toolbox.objectives.dpo_family",
         "toolbox.objectives.policy",
         "toolbox.objectives.graph",
+        "toolbox.objectives.actor_critic",
         "toolbox.decision.objectives",
     ),
 )
@@ -39,6 +40,7 @@ TRAINERS = Registry(
         "toolbox.trainer.grpo",
         "toolbox.trainer.trl_sft",
         "toolbox.trainer.trl_grpo",
+        "toolbox.trainer.ppo_env",
     ),
 )
 CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks", "toolbox.memory.writer"))
@@ -52,7 +54,14 @@ ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
 REWARDS = Registry("reward", modules=("toolbox.rewards",))
 ADVANTAGES = Registry("advantage", modules=("toolbox.rl.advantages",))
 EVALUATORS = Registry(
-    "evaluator", modules=("toolbox.eval.evaluators", "toolbox.eval.decision", "toolbox.eval.graph")
+    "evaluator",
+    modules=(
+        "toolbox.eval.evaluators",
+        "toolbox.eval.decision",
+        "toolbox.eval.graph",
+        "toolbox.eval.episodes",
+    ),
 )
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
 VECTOR_INDEXES = Registry("vector_index", modules=("toolbox.memory.index",))
+ENVS = Registry("env", modules=("toolbox.rl.envs",))

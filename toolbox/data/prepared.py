@@ -35,8 +35,10 @@ def _write_jsonl(path: Path, records: Any) -> None:
         os.fsync(f.fileno())
 
 
-def write_prepared(out: Path, splits: Splits, tokenizer: Any) -> Path:
+def write_prepared(out: Path, splits: Splits | None, tokenizer: Any) -> Path:
+    """``splits`` None (a run that learns from an environment, not a data set): no records."""
     out = Path(out)
+    splits = splits if splits is not None else Splits([], [], {})
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -31,15 +32,20 @@ def _score(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
     if not (model_dir / "config.json").is_file():
         raise ConfigError(f"--model: {model_dir} holds no saved model (config.json); train the run first.")
     cfg = cfg.copy()
-    cfg.model = {"name": "pretrained", "path": str(model_dir)}
-    # the trained model's tokenizer, saved beside it; models of vectors and graphs have none (the
-    # workflow's eval slice carries the default tokenizer, which such a model never used)
-    from toolbox.nn.models.saved import saved_model_spec
+    saved = json.loads((model_dir / "config.json").read_text())
+    if saved.get("model_type") == "actor_critic":  # a policy of an environment run (ppo_env)
+        cfg.model = {"name": "actor_critic", "path": str(model_dir)}
+        cfg.tokenizer = None
+    else:
+        cfg.model = {"name": "pretrained", "path": str(model_dir)}
+        # the trained model's tokenizer, saved beside it; models of vectors and graphs have none (the
+        # workflow's eval slice carries the default tokenizer, which such a model never used)
+        from toolbox.nn.models.saved import saved_model_spec
 
-    untokenized = (
-        saved_model_spec(model_dir) is not None and not (model_dir / "tokenizer_config.json").is_file()
-    )
-    cfg.tokenizer = None if untokenized else {"name": "pretrained", "path": str(model_dir)}
+        untokenized = (
+            saved_model_spec(model_dir) is not None and not (model_dir / "tokenizer_config.json").is_file()
+        )
+        cfg.tokenizer = None if untokenized else {"name": "pretrained", "path": str(model_dir)}
     cfg.callbacks = {}
     cfg.resume_from = None
     parts = ExperimentBuilder.from_config(cfg).build(with_trainer=False)

@@ -104,3 +104,13 @@ class GraphObjective(SupervisedObjective):
         scores, targets = self.predict(model, batch, ("train",))["train"]
         loss = self.loss_sum(scores, targets)
         return LossOutput(loss, int(targets.shape[0]), {"correct": self.num_correct(scores, targets)})
+
+
+class ActorCriticObjective(Objective):
+    """``objective(model, batch) -> LossOutput`` on a minibatch of environment transitions
+    (observations, actions, old log-probs and values, advantages, returns) for an actor-critic."""
+
+    family = "actor_critic"
+
+    @abstractmethod
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput: ...

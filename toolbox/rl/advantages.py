@@ -151,6 +151,13 @@ class GAE:
     began a new episode), ``next_value``/``next_done`` ``[E]`` describe the state after the last
     step. Returns ``(advantages, returns)`` with returns = advantages + values.
 
+    Termination and truncation are kept apart by two optional ``[T, E]`` tensors:
+    ``truncated[t]`` marks that step t's transition ended its episode by a time limit (not by
+    termination) and ``final_values[t]`` is the value of that episode's last observation. The
+    one-step target of such a step is ``r_t + γ·V(final obs)`` instead of ``r_t``, and the λ-chain
+    is still cut there (the next observation belongs to another episode). Without them a
+    truncation counts as a termination, as in CleanRL (``next_done = terminations | truncations``).
+
     Args:
         gamma: discount factor.
         lam: the GAE λ (0: one-step TD, 1: Monte Carlo).
@@ -163,8 +170,19 @@ class GAE:
         self.lam = lam
 
     def __call__(
-        self, rewards: Tensor, values: Tensor, dones: Tensor, next_value: Tensor, next_done: Tensor
+        self,
+        rewards: Tensor,
+        values: Tensor,
+        dones: Tensor,
+        next_value: Tensor,
+        next_done: Tensor,
+        truncated: Tensor | None = None,
+        final_values: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        if (truncated is None) != (final_values is None):
+            raise ValueError("gae: pass truncated and final_values together (or neither)")
+        if truncated is not None:  # bootstrap truncated episodes from their last observation
+            rewards = rewards.float() + self.gamma * truncated.float() * final_values.float()
         steps = rewards.shape[0]
         advantages = torch.zeros_like(rewards, dtype=torch.float32)
         last = torch.zeros_like(next_value, dtype=torch.float32)

@@ -6,7 +6,8 @@ tensors filled step by step, then GAE over them, then flattened shuffled minibat
     buf = RolloutBuffer(num_steps=128, num_envs=4, obs_shape=(4,))
     for t in range(128):
         buf.add(t, obs=obs, action=a, logprob=lp, reward=r, done=d, value=v)
-    buf.compute_advantages(GAE(0.99, 0.95), next_value, next_done)
+        buf.add(t, truncated=tr, final_value=fv)   # optional: time-limit ends and V(final obs)
+    buf.compute_advantages(GAE(0.99, 0.95), next_value, next_done, bootstrap_truncated=True)
     for mb in buf.minibatches(64, generator): ...   # dict of flat [64, ...] tensors
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-KEYS = ("obs", "action", "logprob", "reward", "done", "value")
+KEYS = ("obs", "action", "logprob", "reward", "done", "value", "truncated", "final_value")
 
 
 class RolloutBuffer:
@@ -41,6 +42,9 @@ class RolloutBuffer:
             "reward": torch.zeros(shape, device=device),
             "done": torch.zeros(shape, device=device),
             "value": torch.zeros(shape, device=device),
+            # step t ended its episode by a time limit, and the value of that episode's last obs
+            "truncated": torch.zeros(shape, device=device),
+            "final_value": torch.zeros(shape, device=device),
         }
         self.advantages: Tensor | None = None
         self.returns: Tensor | None = None
@@ -54,11 +58,17 @@ class RolloutBuffer:
             self.data[k][step] = torch.as_tensor(v, dtype=self.data[k].dtype, device=self.data[k].device)
 
     def compute_advantages(
-        self, estimator: Any, next_value: Tensor, next_done: Tensor
+        self, estimator: Any, next_value: Tensor, next_done: Tensor, bootstrap_truncated: bool = False
     ) -> tuple[Tensor, Tensor]:
-        """Fill ``advantages`` and ``returns`` with a GAE-shaped estimator (``ADVANTAGES['gae']``)."""
+        """Fill ``advantages`` and ``returns`` with a GAE-shaped estimator (``ADVANTAGES['gae']``);
+        ``bootstrap_truncated`` passes the stored ``truncated``/``final_value`` on to it."""
+        extra = (
+            {"truncated": self.data["truncated"], "final_values": self.data["final_value"]}
+            if bootstrap_truncated
+            else {}
+        )
         self.advantages, self.returns = estimator(
-            self.data["reward"], self.data["value"], self.data["done"], next_value, next_done
+            self.data["reward"], self.data["value"], self.data["done"], next_value, next_done, **extra
         )
         return self.advantages, self.returns
 
@@ -70,12 +80,17 @@ class RolloutBuffer:
             out["return"] = self.returns.reshape(n)
         return out
 
-    def minibatches(self, size: int, generator: torch.Generator | None = None) -> Iterator[dict[str, Tensor]]:
+    def minibatches(
+        self, size: int, generator: torch.Generator | None = None, keys: tuple[str, ...] | None = None
+    ) -> Iterator[dict[str, Tensor]]:
+        """Shuffled (with ``generator``) or in-order minibatches of ``keys`` (None: every key)."""
         data = self.flat()
+        if keys is not None:
+            data = {k: data[k] for k in keys}
         n = self.num_steps * self.num_envs
         order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
         for start in range(0, n, size):
-            idx = order[start : start + size].to(data["reward"].device)
+            idx = order[start : start + size].to(self.data["reward"].device)
             yield {k: v[idx] for k, v in data.items()}
 
 

@@ -17,8 +17,10 @@ data   seed, data, tokenizer                                     (+ run_dir)
 train  everything but ``eval`` and ``resume_from`` (in-training evaluation runs the default
        evaluators; the workflow's eval stage runs the run's own), but ``eval`` too for a run whose
        callbacks select the model by eval metrics (``best_model``)
-eval   seed, device, deterministic, data, objective, precision, strategy, engine, eval
+eval   seed, device, deterministic, data, objective, precision, strategy, engine, eval, env
        (+ run_dir; model and tokenizer are the trained model's, data.source the data stage's)
+       An environment run (``env:`` set) trains with ``eval: null``: the default evaluators
+       score held-out data it has none of; its eval stage plays the run's own episodes.
 =====  =====================================================================================
 
 Only PyYAML is imported (no toolbox, no torch): it takes a few tens of milliseconds. Each file is
@@ -51,6 +53,7 @@ KEEP: dict[str, Any] = {
         "strategy",
         "engine",
         "eval",
+        "env",
     ),
 }
 EXCLUDE = {"train": ("eval", "resume_from")}
@@ -74,6 +77,10 @@ def slice_config(full: dict[str, Any], defaults: dict[str, Any], stage: str) -> 
             out[key] = full[key]
         elif key in defaults:
             out[key] = defaults[key]
+    if stage == "train" and full.get("env") is not None:
+        # an environment run: the default evaluators score held-out data it does not have, so
+        # training evaluates nothing and the eval stage plays the run's own episodes
+        out["eval"] = None
     return out
 
 

@@ -10,8 +10,10 @@ lookup. Names read ``<role>/<kind>``:
 - ``attention/mha`` (injected: ``dim``, ``num_heads``)
 - ``graph_conv/gcn``, ``graph_conv/sage``, ``graph_conv/gat``, ``graph_conv/gin`` (PyG; injected: ``in_dim``,
   ``out_dim``)
+- ``policy_head/categorical`` (injected: ``num_actions``), ``policy_head/diag_gaussian``
+  (injected: ``action_dim``, ``action_low``, ``action_high``)
 """
 
-from toolbox.nn.layers import activation, attention, feedforward, graph_conv, mlp, norm
+from toolbox.nn.layers import activation, attention, feedforward, graph_conv, mlp, norm, policy_head
 
-__all__ = ["activation", "attention", "feedforward", "graph_conv", "mlp", "norm"]
+__all__ = ["activation", "attention", "feedforward", "graph_conv", "mlp", "norm", "policy_head"]

@@ -10,8 +10,17 @@ libraries (transformers) are imported only when a model that needs them is built
 - ``transformer_lm``: our own small causal LM whose norm, attention and feed-forward are layer specs.
 - ``mlp_classifier``: an MLP from features to class logits.
 - ``gnn``: graph convolutions (``graph_conv`` layer specs) with a node, edge or graph head (PyG).
+- ``actor_critic``: actor and critic MLPs for gymnasium environments (PPO).
 """
 
-from toolbox.nn.models import causal_lm, gnn, mlp_classifier, pretrained, tiny_llama, transformer_lm
+from toolbox.nn.models import (
+    actor_critic,
+    causal_lm,
+    gnn,
+    mlp_classifier,
+    pretrained,
+    tiny_llama,
+    transformer_lm,
+)
 
-__all__ = ["causal_lm", "gnn", "mlp_classifier", "pretrained", "tiny_llama", "transformer_lm"]
+__all__ = ["actor_critic", "causal_lm", "gnn", "mlp_classifier", "pretrained", "tiny_llama", "transformer_lm"]
