@@ -28,9 +28,9 @@ def test_compose_prints_and_writes(tmp_path):
 
 
 def test_bad_input_is_one_line_error_without_traceback():
-    proc = run("train", "optimizer.name=adamv", check=False)
+    proc = run("train", "optimizer.name=adamww", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: optimizer.name: unknown optimizer 'adamv'. Did you mean 'adamw'?")
+    assert proc.stderr.startswith("error: optimizer.name: unknown optimizer 'adamww'. Did you mean 'adamw'?")
     assert "Traceback" not in proc.stderr
 
 

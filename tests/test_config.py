@@ -67,10 +67,10 @@ def test_unknown_group_option_lists_options():
 
 
 def test_unknown_component_name_lists_names_and_suggests():
-    cfg = load_config(["optimizer.name=adamv"])
+    cfg = load_config(["optimizer.name=adamww"])
     with pytest.raises(UnknownComponentError) as e:
         validate_config(cfg)
-    assert "optimizer.name: unknown optimizer 'adamv'. Did you mean 'adamw'?" in str(e.value)
+    assert "optimizer.name: unknown optimizer 'adamww'. Did you mean 'adamw'?" in str(e.value)
     assert "sgd" in str(e.value)
 
 

@@ -48,7 +48,7 @@ def test_unknown_name_names_the_file_of_the_closest_match():
 
     line = optim.adamw.__code__.co_firstlineno  # the decorator's line
     with pytest.raises(UnknownComponentError) as e:
-        OPTIMIZERS.get("adamv", path="optimizer.name")
+        OPTIMIZERS.get("adamww", path="optimizer.name")
     assert f"Did you mean 'adamw'? It is defined in toolbox/trainer/optim.py:{line}." in str(e.value)
 
 
