@@ -19,6 +19,7 @@ from toolbox.nn.layers.mlp import MLP
 
 def test_layers_are_registered_by_role() -> None:
     assert LAYERS.names() == [
+        "activation/elu",
         "activation/gelu",
         "activation/relu",
         "activation/silu",
@@ -26,9 +27,16 @@ def test_layers_are_registered_by_role() -> None:
         "attention/mha",
         "feedforward/gelu",
         "feedforward/swiglu",
+        "graph_conv/gat",
+        "graph_conv/gcn",
+        "graph_conv/gin",
+        "graph_conv/sage",
         "mlp/dense",
+        "norm/batchnorm",
         "norm/layernorm",
         "norm/rmsnorm",
+        "policy_head/categorical",
+        "policy_head/diag_gaussian",
     ]
 
 

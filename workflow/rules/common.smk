@@ -25,7 +25,9 @@ if errors:
         f"{CONFIG_NAME} is not valid:\n" + "\n".join(f"  {e}" for e in errors)
     )
 RAW_RUNS = copy.deepcopy(config["runs"])  # as written: what dvc.yaml is generated from
-TABLES = copy.deepcopy(config.get("tables") or {})  # name -> table of config/config.yaml
+TABLES = copy.deepcopy(
+    config.get("tables") or {}
+)  # name -> table of config/config.yaml
 RUNS = {
     run: {**e, "overrides": e.get("overrides") or [], "resources": stages.resources(e)}
     for run, e in config["runs"].items()

@@ -13,6 +13,8 @@ rule table:
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=lambda wildcards: stages.table_command(wildcards.table, TABLES[wildcards.table], RUNS),
+        cmd=lambda wildcards: stages.table_command(
+            wildcards.table, TABLES[wildcards.table], RUNS
+        ),
     shell:
         "( {params.cmd} ) > {log} 2>&1"
