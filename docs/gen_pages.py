@@ -40,6 +40,8 @@ HANDWRITTEN = {
         "stages/eval.md",
         "stages/launch.md",
         "stages/serve.md",
+        "stages/traces.md",
+        "stages/check.md",
         "stages/bundle.md",
     ],
     "Workflow": "workflow.md",
