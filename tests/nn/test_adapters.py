@@ -16,6 +16,16 @@ from toolbox.trainer.checkpoint import Checkpointer
 
 torch.set_num_threads(1)
 
+GRPO = [
+    "trainer=grpo",
+    "objective=grpo",
+    "data.dataset.name=prompt_only",
+    "data.dataset.max_length=16",
+    "eval=none",
+    "trainer.prompts_per_step=2",
+    "trainer.num_generations=2",
+    "trainer.max_completion_length=3",
+]
 PEFT = ["peft=lora", "peft.r=4", "trainer.max_steps=6", "trainer.save_every=3", "trainer.eval_every=0"]
 
 
@@ -111,10 +121,8 @@ def test_dora_trains(tiny_overrides, tmp_path):
 
 
 def test_grpo_engine_generates_with_the_merged_weights(tiny_overrides, tmp_path):
-    from tests.trainer.test_architectures import TRAINERS
-
     run = [o for o in tiny_overrides if not o.startswith("trainer.batch_size")]
-    parts = _build([*run, *TRAINERS["grpo"], *PEFT, "trainer.max_steps=2"])
+    parts = _build([*run, *GRPO, *PEFT, "trainer.max_steps=2"])
     assert is_adapted(parts.model) and not is_adapted(parts.engine.model)
     parts.trainer.bus.subscribe(Event.FIT_END, lambda d: None)
     engine_model = parts.engine.model

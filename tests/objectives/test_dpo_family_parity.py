@@ -12,7 +12,7 @@ from toolbox.objectives.dpo_family import LOSS_TYPES, DPOMixLoss
 
 pytest.importorskip("trl")
 
-from tests.objectives.test_preference_parity import ATOL, _ours, _pairs, _trl_dpo_loss  # noqa: E402
+from test_preference_parity import ATOL, _ours, _pairs, _trl_dpo_loss  # noqa: E402  (same folder)
 
 SMOOTHING = {"robust": 0.2, "exo_pair": 1e-3, "aot": 0.1, "aot_unpaired": 0.05}
 
