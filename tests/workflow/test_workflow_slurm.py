@@ -53,7 +53,9 @@ def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> Non
     res = wf.snakemake("--profile", "slurm", f"results/{TINY_RUN}/", timeout=900)
     out = res.stdout + res.stderr
     assert "slurm" in out.lower()
-    assert wf.ran(out) >= {"defaults", "compose", "data", "train", "eval", "plot", "publish"}, out[-4000:]
+    assert wf.ran(out) >= {"defaults", "compose", "data", "train", "eval", "check", "plot", "publish"}, out[
+        -4000:
+    ]
     assert "Submitted job" in out or "job ID" in out or "SLURM run ID" in out, out[-4000:]
 
     # the train job asked for its run's resources, every other job for the profile's defaults
@@ -63,7 +65,8 @@ def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> Non
         ["sacct", "-X", "-n", "-P", "--name", run_id.group(1), "-S", "now-1days", "-o", "ReqMem,Timelimit,State"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert sorted(acct) == ["1500M|00:07:00|COMPLETED"] + ["2000M|00:10:00|COMPLETED"] * 6, acct
+    # defaults, compose, data, eval, check, plot, publish at the profile's defaults
+    assert sorted(acct) == ["1500M|00:07:00|COMPLETED"] + ["2000M|00:10:00|COMPLETED"] * 7, acct
 
     results = wf.root / "results" / TINY_RUN
     assert (results / "model" / "model.safetensors").exists()
