@@ -48,25 +48,24 @@ def tiny_llama(
         bos_token_id: id of the beginning-of-sequence token; injected from the tokenizer.
         eos_token_id: id of the end-of-sequence token; injected from the tokenizer.
     """
-    _check_heads(hidden_size, num_heads, num_kv_heads)
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from toolbox.nn.models.causal_lm import causal_lm
 
-    config = LlamaConfig(
-        vocab_size=vocab_size,
+    return causal_lm(
+        vocab_size,
+        architecture="llama",
         hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
         intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads or num_heads,
         max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=tie_word_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
-        attention_dropout=dropout,
+        rope_theta=rope_theta,
+        dropout=dropout,
         pad_token_id=pad_token_id,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
     )
-    return LlamaForCausalLM(config)
 
 
 def _check_heads(hidden_size: int, num_heads: int, num_kv_heads: int | None) -> None:
