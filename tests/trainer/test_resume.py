@@ -151,3 +151,23 @@ def test_resuming_a_finished_run_changes_nothing(tiny_overrides, tmp_path):
     assert steps == [] and resumed.trainer.step == 10
     assert again == final and "eval/loss" in again
     assert _snapshot(tmp_path / "f") == before
+
+
+def test_resuming_a_finished_run_whose_model_was_deleted_writes_the_same_model(tiny_overrides, tmp_path):
+    """Snakemake and DVC delete a stage's outputs before they rerun it: the resumed finished run
+    writes model/ again, byte for byte as before, and appends nothing else."""
+    import shutil
+
+    run = [*tiny_overrides, *STEPS, "trainer.max_steps=10", f"run_dir={tmp_path / 'g'}"]
+    _build(run).trainer.fit()
+    before = _snapshot(tmp_path / "g")
+    model = tmp_path / "g" / "model"
+    exported = {p.relative_to(model): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    assert "model.safetensors" in {p.name for p in exported}
+    shutil.rmtree(model)
+    _build([*run, "resume_from=auto"]).trainer.fit()
+    assert {p.relative_to(model): p.read_bytes() for p in model.rglob("*") if p.is_file()} == exported
+    after = _snapshot(tmp_path / "g")
+    assert {p: v for p, v in after.items() if model not in p.parents} == {
+        p: v for p, v in before.items() if model not in p.parents
+    }

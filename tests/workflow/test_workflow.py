@@ -388,6 +388,16 @@ def test_tiny_run_end_to_end_and_exact_reruns(workflow_copy: Workflow) -> None:
     assert "Nothing to be done" in again.stdout + again.stderr
     assert wf.ran(again.stdout + again.stderr) == set()
 
+    # train forced to rerun finds its final checkpoint and resumes a finished run: it adds no line
+    # to metrics.jsonl and writes the same model; a second snakemake then has nothing to do
+    metrics_before = (results / "metrics.jsonl").read_bytes()
+    forced = wf.snakemake("-c2", "--forcerun", "train", f"results/{TINY_RUN}/")
+    assert "train" in wf.ran(forced.stdout + forced.stderr)
+    assert "resumed from step 20" in (wf.root / "work/tiny/logs/train.log").read_text()
+    assert (results / "metrics.jsonl").read_bytes() == metrics_before
+    again = wf.snakemake("-c2", f"results/{TINY_RUN}/")
+    assert wf.ran(again.stdout + again.stderr) == set(), again.stdout + again.stderr
+
     # an eval-only change: toolbox plan (which composes first) says only eval, check and publish
     # will run, and they alone do
     _set_override(wf, "eval.exact_match.max_examples", "8")
@@ -508,9 +518,22 @@ def test_dvc_repro_push_pull_and_fresh_clone(tmp_path: Path) -> None:
     wf.git_dvc_init()
 
     first = wf.dvc("repro")
-    assert wf.dvc_ran(first.stdout) == {"defaults", *(f"{s}-tiny" for s in STAGE_NAMES - {"defaults"})}
+    # dvc repro builds every stage, the serving benchmark too (snakemake results/<run>/ does not need it)
+    per_run = STAGE_NAMES - {"defaults"} | {"serve_bench"}
+    assert wf.dvc_ran(first.stdout) == {"defaults", *(f"{s}-tiny" for s in per_run)}, first.stdout
     second = wf.dvc("repro")
     assert wf.dvc_ran(second.stdout) == set() and "Data and pipelines are up to date" in second.stdout
+
+    # train forced to rerun resumes the finished run: the same model bytes, no new metrics line,
+    # so nothing downstream is stale and a second repro does nothing
+    metrics_before = (wf.root / "work/tiny/train/metrics.jsonl").read_bytes()
+    forced = wf.dvc("repro", "-f", "-s", "train-tiny")
+    assert wf.dvc_ran(forced.stdout) == {"train-tiny"}, forced.stdout
+    assert "resumed from step 20" in (wf.root / "work/tiny/logs/train.log").read_text()
+    assert (wf.root / "work/tiny/train/metrics.jsonl").read_bytes() == metrics_before
+    third = wf.dvc("repro")
+    assert wf.dvc_ran(third.stdout) == set() and "Data and pipelines are up to date" in third.stdout
+    assert "up to date" in wf.dvc("status").stdout
 
     metrics = wf.dvc("metrics", "show", "--json").stdout
     assert "eval/exact_match" in metrics

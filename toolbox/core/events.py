@@ -19,6 +19,7 @@ class Event(enum.Enum):
     STEP_END = "step_end"
     EVAL_END = "eval_end"
     CHECKPOINT_SAVED = "checkpoint_saved"
+    EXPORT = "export"  # write the final model: before FIT_END, and alone when a finished run is resumed
     FIT_END = "fit_end"
     ROLLOUT_END = "rollout_end"  # RL trainers: a round's rollout, scored (payload: rollout)
 

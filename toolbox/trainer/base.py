@@ -8,7 +8,7 @@
       STEP_START → train_step() → scheduler.step() → STEP_END(metrics)   # subclasses write train_step
       every eval_every → evaluate() → EVAL_END
       every save_every → save_checkpoint() → CHECKPOINT_SAVED
-    _finish        final eval · final checkpoint · FIT_END
+    _finish        final eval · final checkpoint · EXPORT (final model) · FIT_END
     teardown()     however fit ends (GRPO shuts its engine down)
 
 The loop never logs and never writes metrics: it emits events, and callbacks observe them.
@@ -148,8 +148,13 @@ class BaseTrainer(ABC):
         try:
             resumed_from = self._prepare_run()
             if resumed_from is not None and self.step >= self.max_steps:
-                # resumed from its final checkpoint: nothing to train, so nothing is written or appended
-                log.info("the run in %s finished at step %d; nothing to do", self.context.run_dir, self.step)
+                # resumed from its final checkpoint: nothing to train and nothing appended; only a
+                # missing final model is written again (Snakemake and DVC delete a stage's outputs
+                # before they rerun it), from the same state, so with the same bytes
+                log.info(
+                    "the run in %s finished at step %d; nothing to train", self.context.run_dir, self.step
+                )
+                self.bus.emit(Event.EXPORT, self, self.step, dict(self.last_eval), resumed=True)
                 self.strategy.barrier()
                 return dict(self.last_eval)
             self.bus.emit(Event.FIT_START, self, self.step, resumed_from=resumed_from)
@@ -192,6 +197,7 @@ class BaseTrainer(ABC):
             self._evaluate()
         if self.step > 0 and self._latest_step() != self.step:
             self.save_checkpoint()
+        self.bus.emit(Event.EXPORT, self, self.step, dict(self.last_eval), resumed=False)
         self.bus.emit(
             Event.FIT_END,
             self,

@@ -63,7 +63,7 @@ class BestModel(Callback):
             if not key.startswith("eval/best_"):
                 data.metrics[f"eval/best_{key[len('eval/') :]}"] = v
 
-    def on_fit_end(self, data: EventData) -> None:
+    def on_export(self, data: EventData) -> None:
         if self.weights is not None:
             data.trainer.strategy.unwrap(data.trainer.model).load_state_dict(self.weights)
 

@@ -52,8 +52,10 @@ class CheckpointCallback(Callback):
         if self.keep_last and data.trainer.context.is_main:
             data.trainer.checkpointer.prune(self.keep_last)
 
-    def on_fit_end(self, data: EventData) -> None:
+    def on_export(self, data: EventData) -> None:
         trainer = data.trainer
+        if data.payload.get("resumed") and (trainer.context.run_dir / self.export_dir).is_dir():
+            return  # a finished run, resumed: its model is there and stays untouched
         model = trainer.model
         if not hasattr(getattr(model, "module", model), "save_pretrained"):
             return

@@ -75,11 +75,22 @@ class ConsoleCallback(Callback):
         return " | ".join(parts)
 
     # events -------------------------------------------------------------------------------
-    def on_fit_start(self, data: EventData) -> None:
+    def _ensure_console(self) -> None:
         if self.console is None:
             from rich.console import Console
 
             self.console = Console()
+
+    def on_export(self, data: EventData) -> None:
+        if data.payload.get("resumed"):
+            self._ensure_console()
+            self._print(
+                f"resumed from step {data.step}: the run in {data.trainer.context.run_dir} had finished, "
+                "nothing to train (a missing final model is written again)"
+            )
+
+    def on_fit_start(self, data: EventData) -> None:
+        self._ensure_console()
         resumed = data.payload.get("resumed_from")
         self._start_step = int(resumed) if resumed is not None else int(data.step)
         self._t0 = time.perf_counter()
