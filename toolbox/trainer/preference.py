@@ -51,7 +51,7 @@ from toolbox.objectives.preference import PreferenceLogps
 from toolbox.trainer.base import BaseTrainer
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 log = logging.getLogger(__name__)
 
