@@ -113,7 +113,8 @@ def _option_node(base, group: str, option: str):
     """The option's node with every default filled in (as ``load_config`` composes it)."""
     from omegaconf import OmegaConf
 
-    from toolbox.experiment import fill_defaults, load_config
+    from toolbox.experiment import load_config
+    from toolbox.experiment.compose import fill_defaults
 
     file = CONFIGS / group / f"{option}.yaml"
     text = file.read_text()

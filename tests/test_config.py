@@ -3,7 +3,8 @@
 import pytest
 
 from toolbox.core.errors import ConfigError, UnknownComponentError
-from toolbox.experiment import ExperimentBuilder, load_config, validate_config
+from toolbox.experiment import ExperimentBuilder, load_config
+from toolbox.experiment.validate import validate_config
 
 
 def test_experiment_overrides_groups_and_cli_overrides_experiment():
@@ -122,7 +123,7 @@ def test_group_files_hold_only_what_differs_from_the_signature():
 
     from toolbox.core import registries
     from toolbox.core.registry import component_fields
-    from toolbox.experiment import CONFIG_DIR
+    from toolbox.experiment.compose import CONFIG_DIR
 
     restated = []
     for group, nodes in [*GROUP_NODES.items(), ("callbacks", "CALLBACKS"), ("eval", "EVALUATORS")]:

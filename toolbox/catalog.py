@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 
 from toolbox.core.registry import Registry, component_fields, source_location
-from toolbox.experiment import INJECTED as _INJECTED  # the builder's one list
+from toolbox.experiment.schema import INJECTED as _INJECTED  # the builder's one list
 
 
 def _summary(obj: object) -> str:

@@ -90,7 +90,7 @@ def test_lora_dpo_reference_is_the_policy_with_adapters_disabled(tiny_overrides,
     parts = _build(run)
     assert isinstance(parts.reference_model, AdapterDisabledReference)
     assert list(parts.reference_model.parameters()) == []  # no second copy of the weights
-    from toolbox.trainer.preference import completion_logps
+    from toolbox.objectives.logprobs import completion_logps
 
     with torch.no_grad():  # a random adapter: the lean reference (adapters off) = the model's, ≠ the policy
         for name, p in parts.model.named_parameters():

@@ -15,11 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from toolbox.objectives.kto import KTOLoss
 from toolbox.objectives.preference import (
     DPOLoss,
     HingeLoss,
     IPOLoss,
-    KTOLoss,
     ORPOLoss,
     PreferenceLogps,
     RobustDPOLoss,

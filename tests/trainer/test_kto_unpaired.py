@@ -10,7 +10,7 @@ import torch
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.experiment import ExperimentBuilder, load_config
-from toolbox.trainer.preference import merge_unpaired_metrics
+from toolbox.objectives.kto import merge_unpaired_metrics
 
 UNPAIRED = [
     "data=arithmetic_unpaired",

@@ -21,6 +21,7 @@ OBJECTIVES = Registry(
     modules=(
         "toolbox.objectives.supervised",
         "toolbox.objectives.preference",
+        "toolbox.objectives.kto",
         "toolbox.objectives.dpo_family",
         "toolbox.objectives.policy",
         "toolbox.objectives.graph",

@@ -21,7 +21,7 @@ import numpy as np
 from toolbox.core.registries import EVALUATORS
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 
 def accuracy(probs: np.ndarray, labels: Sequence[int]) -> float:

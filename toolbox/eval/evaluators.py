@@ -13,7 +13,7 @@ import torch
 from toolbox.core.registries import EVALUATORS
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 
 @EVALUATORS.register("perplexity")

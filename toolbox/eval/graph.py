@@ -10,7 +10,7 @@ from toolbox.core.errors import ConfigError
 from toolbox.core.registries import EVALUATORS
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 
 @EVALUATORS.register("graph")

@@ -7,6 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from toolbox.nn.adapters import AdapterDisabledReference
+from toolbox.nn.llama_training import LlamaTrainingForward
+
 
 def selective_log_softmax(logits: Tensor, tokens: Tensor) -> Tensor:
     """``log_softmax(logits)[..., tokens]`` without materialising the full log-softmax.
@@ -47,3 +50,22 @@ def token_logprobs(
         logits = logits / temperature
     logps = selective_log_softmax(logits, targets)
     return logps, (entropy_from_logits(logits) if with_entropy else None)
+
+
+def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    """Per-row sums of the completion tokens' log-probs, and the completion lengths (``[R]`` each)."""
+    if isinstance(model, AdapterDisabledReference):  # the policy's own (lean) forward, adapters off
+        with model.disabled():
+            return completion_logps(model.inner, batch)
+    ids, mask = batch["input_ids"], batch["completion_mask"]
+    scored = mask[:, 1:].bool()
+    if isinstance(model, LlamaTrainingForward):  # logits only where scored (exact: all, then picked)
+        keep = torch.zeros_like(mask, dtype=torch.bool)
+        keep[:, :-1] = scored
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], logits_mask=keep).logits
+    else:
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits
+        logits = logits[:, :-1][scored]
+    per_token = torch.zeros(scored.shape, dtype=torch.float32, device=ids.device)
+    per_token[scored] = selective_log_softmax(logits, ids[:, 1:][scored])
+    return per_token.sum(-1), scored.sum(-1).float()

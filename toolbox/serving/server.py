@@ -7,11 +7,12 @@ ending in ``data: [DONE]``; ``stream_options.include_usage``; sampling, penaltie
 ``Authorization: Bearer KEY`` (401). ``GET /openapi.json`` publishes the request schemas and every
 status a route answers.
 
-The parts: ``server_request.py`` turns a body into a ``RequestContext`` (size limit, strict JSON,
-field checks, prompt bounds, tokenization off the event loop); ``engines/front.py`` submits it to
-the engine; ``server_response.py`` formats the answer, whole or streamed; ``server_errors.py`` holds
-the error bodies and statuses. A client that disconnects cancels its generation; on SIGTERM or
-SIGINT uvicorn stops accepting connections and the requests in flight finish before the engine stops.
+The parts: ``server_body_limit.py`` refuses a body over the size limit as it is read;
+``server_request.py`` turns a body into a ``RequestContext`` (strict JSON, field checks, prompt
+bounds, tokenization off the event loop); ``engines/front.py`` submits it to the engine;
+``server_response.py`` formats the answer, whole or streamed; ``server_errors.py`` holds the error
+bodies and statuses. A client that disconnects cancels its generation; on SIGTERM or SIGINT uvicorn
+stops accepting connections and the requests in flight finish before the engine stops.
 
 Build the app around an engine with ``build_app(engine, model_name)``; ``serve(...)`` runs it.
 """
@@ -32,11 +33,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from toolbox.serving.engine import InferenceEngine, RequestOutput, StreamDelta
 from toolbox.serving.engines.front import EngineFront
+from toolbox.serving.server_body_limit import BodyLimit
 from toolbox.serving.server_errors import APIError, engine_error, error_body
 from toolbox.serving.server_metrics import ServerMetrics
 from toolbox.serving.server_openapi import openapi_document
 from toolbox.serving.server_request import (
-    BodyLimit,
     Kind,
     Limits,
     RequestContext,

@@ -66,7 +66,7 @@ from toolbox.objectives.base import Objective
 from toolbox.trainer.checkpoint import Checkpointer
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from toolbox.serving.engine import SamplingParams
 from toolbox.trainer.base import BaseTrainer
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 log = logging.getLogger(__name__)
 

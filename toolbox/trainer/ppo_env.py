@@ -40,7 +40,7 @@ from toolbox.rl.env_state import load_vector_env_state, observation_statistics, 
 from toolbox.trainer.base import BaseTrainer
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 
 UPDATE_KEYS = ("obs", "action", "logprob", "value", "advantage", "return")  # what the loss reads

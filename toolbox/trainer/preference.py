@@ -31,7 +31,6 @@ which change with each shuffled batch.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,72 +43,15 @@ from toolbox.data.collators.preference import PreferenceCollator
 from toolbox.data.collators.unpaired_preference import UnpairedPreferenceCollator
 from toolbox.data.loader import BatchLoader
 from toolbox.nn.adapters import AdapterDisabledReference
-from toolbox.nn.llama_training import LlamaTrainingForward, training_forward
+from toolbox.nn.llama_training import training_forward
 from toolbox.objectives.base import PreferenceObjective
-from toolbox.objectives.logprobs import selective_log_softmax
+from toolbox.objectives.kto import merge_unpaired_metrics
+from toolbox.objectives.logprobs import completion_logps
 from toolbox.objectives.preference import PreferenceLogps
 from toolbox.trainer.base import BaseTrainer
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
-
-log = logging.getLogger(__name__)
-
-
-def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row sums of the completion tokens' log-probs, and the completion lengths (``[R]`` each)."""
-    if isinstance(model, AdapterDisabledReference):  # the policy's own (lean) forward, adapters off
-        with model.disabled():
-            return completion_logps(model.inner, batch)
-    ids, mask = batch["input_ids"], batch["completion_mask"]
-    scored = mask[:, 1:].bool()
-    if isinstance(model, LlamaTrainingForward):  # logits only where scored (exact: all, then picked)
-        keep = torch.zeros_like(mask, dtype=torch.bool)
-        keep[:, :-1] = scored
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], logits_mask=keep).logits
-    else:
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits
-        logits = logits[:, :-1][scored]
-    per_token = torch.zeros(scored.shape, dtype=torch.float32, device=ids.device)
-    per_token[scored] = selective_log_softmax(logits, ids[:, 1:][scored])
-    return per_token.sum(-1), scored.sum(-1).float()
-
-
-# unpaired metrics that are means over the desirable (chosen) or the undesirable (rejected) examples
-_WEIGHTS = {
-    "rewards/chosen": "count/chosen",
-    "logps/chosen": "count/chosen",
-    "rewards/rejected": "count/rejected",
-    "logps/rejected": "count/rejected",
-}
-
-
-def merge_unpaired_metrics(batches: list[dict[str, float]]) -> dict[str, float]:
-    """One set of metrics from the metrics of several unpaired batches (micro-batches, eval chunks).
-
-    Counts add up; a mean over the desirable or undesirable examples is weighted by their count (a
-    batch without any contributes nothing); other means (``kl``, ``rewards/label_accuracy``) are
-    weighted by the batch's examples; ``rewards/margins`` is recomputed from the merged means.
-    """
-    totals: dict[str, float] = {}
-    weights: dict[str, float] = {}
-    for metrics in batches:
-        size = metrics.get("count/chosen", 0.0) + metrics.get("count/rejected", 0.0)
-        for key, value in metrics.items():
-            if key == "rewards/margins":
-                continue
-            if key.startswith("count/"):
-                totals[key] = totals.get(key, 0.0) + value
-                continue
-            w = metrics[_WEIGHTS[key]] if key in _WEIGHTS else size
-            totals[key] = totals.get(key, 0.0) + value * w
-            weights[key] = weights.get(key, 0.0) + w
-    merged = {
-        k: (v / weights[k] if k in weights else v) for k, v in totals.items() if weights.get(k, 1.0) > 0
-    }
-    if "rewards/chosen" in merged and "rewards/rejected" in merged:
-        merged["rewards/margins"] = merged["rewards/chosen"] - merged["rewards/rejected"]
-    return merged
+    from toolbox.experiment.build import Components
 
 
 @TRAINERS.register("preference")

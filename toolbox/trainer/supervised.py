@@ -14,7 +14,7 @@ from toolbox.objectives.base import SupervisedObjective
 from toolbox.trainer.base import BaseTrainer
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 
 @TRAINERS.register("supervised")

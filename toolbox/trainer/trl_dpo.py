@@ -28,7 +28,7 @@ from toolbox.trainer.preference import PreferenceTrainer
 from toolbox.trainer.trl_bridge import event_bridge
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 
 def trl_loss(objective: Any) -> tuple[str, float, float]:

@@ -25,7 +25,7 @@ from toolbox.trainer.supervised import SupervisedTrainer
 from toolbox.trainer.trl_bridge import event_bridge
 
 if TYPE_CHECKING:
-    from toolbox.experiment import Components
+    from toolbox.experiment.build import Components
 
 
 @TRAINERS.register("trl_sft")

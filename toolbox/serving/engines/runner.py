@@ -15,7 +15,8 @@ On a CPU the projections run through oneDNN with weights reordered once into its
 (``linear="auto"``, for models at least ``ONEDNN_MIN_WIDTH`` wide), as vLLM's CPU backend does:
 1.2-1.9x faster than ``F.linear`` (MKL) at the row counts of decoding (measured here, one thread,
 512-wide layers), equal to it within float rounding (~1e-6 relative). The reordered copies are
-rebuilt with the other cached weights when the parameters change.
+rebuilt with the other cached weights when the parameters change. Each layer's tensors as the
+forward uses them, and the two kernels, are in ``layer_weights.py``.
 """
 
 from __future__ import annotations
@@ -26,11 +27,18 @@ import torch
 import torch.nn.functional as F
 
 from toolbox.core.errors import ConfigError
+from toolbox.serving.engines.layer_weights import (
+    ONEDNN_MIN_WIDTH,
+    LayerWeights,
+    apply_norm,
+    keep_weight,
+    norm_of,
+    onednn_linear,
+    onednn_pack,
+    onednn_usable,
+)
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
-# below this hidden size oneDNN's ~12 us per call outweighs its faster kernel (measured here: equal
-# at 384 for one row, 1.6x faster for 8 rows at 512, 5x slower at 64)
-ONEDNN_MIN_WIDTH = 384
 
 
 class SlotRunner:
@@ -81,7 +89,7 @@ class SlotRunner:
         self.max_model_len = max_model_len
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        onednn = _onednn_usable(self.device, self.dtype)
+        onednn = onednn_usable(self.device, self.dtype)
         wide = int(config.hidden_size) >= ONEDNN_MIN_WIDTH
         if linear not in ("auto", "onednn", "torch"):
             raise ConfigError(f"engine.linear={linear!r}: use auto, onednn or torch")
@@ -92,8 +100,8 @@ class SlotRunner:
                 f"{torch.backends.mkldnn.is_available()}); use engine.linear=auto"
             )
         self.onednn = onednn and (linear == "onednn" or (linear == "auto" and wide))
-        self._linear = _onednn_linear if self.onednn else F.linear
-        self._pack = _onednn_pack if self.onednn else _keep
+        self._linear = onednn_linear if self.onednn else F.linear
+        self._pack = onednn_pack if self.onednn else keep_weight
         self.capacity = 0
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
@@ -102,7 +110,7 @@ class SlotRunner:
         self._head_ids = torch.arange(self.num_kv_heads, device=self.device)
         self._sources = list(model.parameters())
         self._version = -1
-        self._cached: list[_Layer] | None = None
+        self._cached: list[LayerWeights] | None = None
         self._final_norm: Any = None
         self._head: tuple = ()
         self._fast_norm = self.dtype == torch.float32 and all(
@@ -163,7 +171,7 @@ class SlotRunner:
             v[dst_idx, :, :length] = v[src_idx, :, :length]
 
     # weights -------------------------------------------------------------------------------------
-    def _weights(self) -> list[_Layer]:
+    def _weights(self) -> list[LayerWeights]:
         """The tensors the forward uses, rebuilt when the model's parameters change.
 
         q/k/v become one matrix and gate/up another (two matmuls per layer instead of five); the
@@ -175,10 +183,10 @@ class SlotRunner:
         version = sum(p._version for p in self._sources)
         if self._cached is None or version != self._version:
             self._cached, self._version = (
-                [_Layer.of(layer, self._fast_norm, self._pack) for layer in self.layers],
+                [LayerWeights.of(layer, self._fast_norm, self._pack) for layer in self.layers],
                 version,
             )
-            self._final_norm = _norm_of(self.inner.norm, self._fast_norm)
+            self._final_norm = norm_of(self.inner.norm, self._fast_norm)
             head = self.model.lm_head
             self._head = (
                 self.inner.embed_tokens.weight,
@@ -209,13 +217,13 @@ class SlotRunner:
         return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
     def _layer(
-        self, i: int, w: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend
+        self, i: int, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend
     ) -> torch.Tensor:
         """One decoder layer; ``attend(i, q, k, v)`` stores k/v in the cache and returns attention."""
         b, t = x.shape[:2]
         nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         linear = self._linear
-        qkv = linear(_apply_norm(w.norm1, x), w.w_qkv, w.b_qkv).view(b, t, nh + 2 * nkv, d)
+        qkv = linear(apply_norm(w.norm1, x), w.w_qkv, w.b_qkv).view(b, t, nh + 2 * nkv, d)
         v = qkv[:, :, nh + nkv :].transpose(1, 2)
         if w.q_norm is not None:
             qk = torch.cat((w.q_norm(qkv[:, :, :nh]), w.k_norm(qkv[:, :, nh : nh + nkv])), 2)
@@ -226,12 +234,12 @@ class SlotRunner:
         qk = qk * cos + swapped * sin
         o = attend(i, qk[:, :nh], qk[:, nh:], v)
         x = x + linear(o.transpose(1, 2).reshape(b, t, nh * d), w.w_o, w.b_o)
-        gate, up = linear(_apply_norm(w.norm2, x), w.w_gu, w.b_gu).chunk(2, dim=-1)
+        gate, up = linear(apply_norm(w.norm2, x), w.w_gu, w.b_gu).chunk(2, dim=-1)
         return x + linear(self._act(gate) * up, w.w_down, w.b_down)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         _, head, bias = self._head
-        return self._linear(_apply_norm(self._final_norm, x), head, bias)
+        return self._linear(apply_norm(self._final_norm, x), head, bias)
 
     def prefill(self, slots: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Run the prompts (right-padded into one batch) into ``slots``; the last position's logits."""
@@ -347,72 +355,3 @@ class SlotRunner:
         for i, w in enumerate(weights):
             x = self._layer(i, w, x, cos, sin, attend)
         return self._logits(x[:, 0])
-
-
-def _onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:
-    return (
-        device.type == "cpu"
-        and dtype in (torch.float32, torch.bfloat16)
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    )
-
-
-def _onednn_pack(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` ``[out, in]`` reordered for oneDNN's matmul (an opaque mkldnn tensor)."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-
-
-def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-
-def _keep(weight: torch.Tensor) -> torch.Tensor:
-    return weight
-
-
-def _norm_of(module: Any, fast: bool) -> Any:
-    """``(weight, eps)`` for ``F.rms_norm`` (bit-identical to the Llama RMSNorm in float32), else the module."""
-    return (module.weight, module.variance_epsilon) if fast else module
-
-
-def _apply_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
-    if type(norm) is tuple:
-        return F.rms_norm(x, (x.shape[-1],), norm[0], norm[1])
-    return norm(x)
-
-
-class _Layer:
-    """The tensors of one decoder layer as the forward uses them (see ``SlotRunner._weights``)."""
-
-    __slots__ = (
-        "norm1",
-        "w_qkv",
-        "b_qkv",
-        "q_norm",
-        "k_norm",
-        "w_o",
-        "b_o",
-        "norm2",
-        "w_gu",
-        "b_gu",
-        "w_down",
-        "b_down",
-    )
-
-    @classmethod
-    def of(cls, layer: Any, fast_norm: bool, pack: Any) -> _Layer:
-        """The layer's tensors; ``pack`` prepares each projection weight for the runner's linear."""
-        a, m = layer.self_attn, layer.mlp
-        w = cls()
-        w.norm1 = _norm_of(layer.input_layernorm, fast_norm)
-        w.norm2 = _norm_of(layer.post_attention_layernorm, fast_norm)
-        w.w_qkv = pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
-        w.b_qkv = None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-        w.q_norm = getattr(a, "q_norm", None)
-        w.k_norm = getattr(a, "k_norm", None)
-        w.w_o, w.b_o = pack(a.o_proj.weight), a.o_proj.bias
-        w.w_gu = pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
-        w.b_gu = None if m.gate_proj.bias is None else torch.cat([m.gate_proj.bias, m.up_proj.bias])
-        w.w_down, w.b_down = pack(m.down_proj.weight), m.down_proj.bias
-        return w
