@@ -5,14 +5,14 @@ Generated from the code, never copied: the component catalog (``toolbox.catalog.
 from the registries), the CLI reference (the argparse parsers of ``toolbox.cli.build_parser``), the
 config reference (every group option under ``toolbox/configs``, composed with its defaults), one API
 page per toolbox subpackage (mkdocstrings, from docstrings), one page per ``examples/*/README.md``
-and the performance tables (``benchmarks/results/**/*.json``). The navigation is built from the
+and the performance tables (``benchmarks/results/**/*.json``), with the charts ``docs/plots.py``
+draws from the same files (and from an example's ``results/``). The navigation is built from the
 pages that exist, so a guide another branch adds (``docs/<topic>.md``) appears under Guides.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 
@@ -51,6 +51,8 @@ HANDWRITTEN = {
 NOT_IN_SITE = {
     "catalog.md",
     "gen_pages.py",
+    "plots.py",
+    "rest_docstrings.py",
 }  # docs/catalog.md is `make catalog`'s file; the site generates its own
 
 
@@ -109,7 +111,7 @@ def config_groups() -> dict[str, list[str]]:
     }
 
 
-def _option_node(base, group: str, option: str):
+def _option_node(group: str, option: str):
     """The option's node with every default filled in (as ``load_config`` composes it)."""
     from omegaconf import OmegaConf
 
@@ -120,9 +122,9 @@ def _option_node(base, group: str, option: str):
     text = file.read_text()
     if "defaults:" in text or "@package" in text:  # a file that composes others: the full compose
         return load_config([f"{group}={option}"]).get(group)
-    cfg = base.copy()
-    OmegaConf.update(cfg, group, OmegaConf.load(file), merge=False)
-    return fill_defaults(cfg).get(group)
+    # the group alone: fill_defaults reads only a component's own node (the whole config, copied
+    # and filled once per option, made this page a third of the site's build)
+    return fill_defaults(OmegaConf.create({group: OmegaConf.load(file)})).get(group)
 
 
 def render_config() -> str:
@@ -154,7 +156,7 @@ def render_config() -> str:
                 body = (CONFIGS / group / f"{option}.yaml").read_text().rstrip()
                 lines += [f"`toolbox compose experiment={option}` prints it composed.", ""]
             else:
-                node = _option_node(base, group, option)
+                node = _option_node(group, option)
                 body = OmegaConf.to_yaml(node).rstrip() if node is not None else "null"
             lines += ["```yaml", body, "```", ""]
     return "\n".join(lines) + "\n"
@@ -222,55 +224,38 @@ def example_page(readme: Path, assets: dict[str, Path]) -> str:
     return repo_links(readme.read_text(), readme, f"examples/{readme.parent.name}.md", assets)
 
 
-def _flat(d, prefix=""):
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            yield from _flat(v, key + ".")
-        elif isinstance(v, (int, float, str, bool)) or v is None:
-            yield key, v
+def _plots():
+    """``docs/plots.py`` (the hook is loaded from its file, not as a package: load the sibling so)."""
+    import importlib.util
+    import sys
 
-
-def render_performance() -> str:
-    lines = [
-        "# Performance",
-        "",
-        "Generated from the JSON files the benchmarks write (`benchmarks/results/`); each table is one "
-        "file, as measured (the command and machine load are in the file). Ratios compare us with the "
-        "peer library in the same run. How to rerun: `benchmarks/README.md`.",
-        "",
-    ]
-    files = sorted((ROOT / "benchmarks" / "results").rglob("*.json"))
-    if not files:
-        lines.append("No benchmark results are present in this checkout.")
-    for f in files:
-        data = json.loads(f.read_text())
-        lines += [f"## `{f.relative_to(ROOT)}`", ""]
-        if not isinstance(data, dict):
-            lines += [f"A list of {len(data)} records.", ""]
-            continue
-        rows = list(_flat(data))
-        lines += ["| key | value |", "|---|---|"]
-        for k, v in rows:
-            text = f"{v:.4g}" if isinstance(v, float) else str(v)
-            lines.append(f"| `{k}` | {text.replace('|', '/')} |")
-        lines.append("")
-    return "\n".join(lines) + "\n"
+    if "toolbox_docs_plots" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "toolbox_docs_plots", Path(__file__).with_name("plots.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["toolbox_docs_plots"] = module
+    return sys.modules["toolbox_docs_plots"]
 
 
 def generated_pages() -> tuple[dict[str, str], dict[str, Path]]:
-    """``{site path: Markdown}`` of every generated page and ``{site path: file}`` of copied assets."""
-    assets: dict[str, Path] = {}
+    """``{site path: Markdown}`` of every generated page and ``{site path: file to copy, or SVG text}``
+    of its assets (the example's images, the charts)."""
+    assets: dict[str, Path | str] = {}
+    plots = _plots().benchmark_plots(ROOT)
     pages = {
         "reference/catalog.md": render_catalog_page(),
         "reference/cli.md": render_cli(),
         "reference/config.md": render_config(),
-        "performance.md": render_performance(),
+        "performance.md": _plots().render_performance(ROOT, plots),
     }
     for sub in subpackages():
         pages[f"reference/api/{sub}.md"] = api_page(sub)
     for readme in sorted((ROOT / "examples").glob("*/README.md")):
-        pages[f"examples/{readme.parent.name}.md"] = example_page(readme, assets)
+        page = example_page(readme, assets) + _plots().example_plots(readme, plots)
+        pages[f"examples/{readme.parent.name}.md"] = page
+    assets.update(plots)
     return pages, assets
 
 
@@ -330,7 +315,10 @@ def on_files(files, config):
     for path, text in _STATE["pages"].items():
         files.append(File.generated(config, path, content=text))
     for path, src in _STATE["assets"].items():
-        files.append(File.generated(config, path, abs_src_path=str(src)))
+        if isinstance(src, str):  # a chart drawn at build time
+            files.append(File.generated(config, path, content=src))
+        else:
+            files.append(File.generated(config, path, abs_src_path=str(src)))
     return files
 
 

@@ -8,7 +8,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -110,24 +109,142 @@ def test_make_demo_as_written():
     assert "Demo finished. Results in results/demo/" in result.stdout
 
 
-def _site(tmp_path_factory) -> Path:
-    site = ROOT / "site"
-    if not (site / "index.html").is_file():
-        site = tmp_path_factory.mktemp("site")
-        subprocess.run(
-            [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)], cwd=ROOT, check=True
-        )
-    return site
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The site, built once per session with ``--strict`` (a warning fails it), in this process:
+    the tests that read built pages share it, and the modules the hook imports (torch, the
+    registries) are the ones already loaded."""
+    import os
+
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    out = tmp_path_factory.mktemp("site")
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the config's relative paths (the hook, the griffe extension) are the repo's
+    try:
+        build(load_config(str(ROOT / "mkdocs.yml"), site_dir=str(out), strict=True))
+    finally:
+        os.chdir(cwd)
+    return out
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
-def test_site_renders_in_chromium(tmp_path, tmp_path_factory):
-    """Screenshots of the home page and one API page: real PNGs with more than background in them."""
+def test_performance_and_example_pages_embed_charts_drawn_from_the_json(site):
+    """One SVG per benchmark file that compares (drawn from that file at build time), embedded in
+    the performance page; an example page shows its runs' chart and the benchmark its README names."""
+    import json
+    import xml.etree.ElementTree as ET
+
+    page = (site / "performance" / "index.html").read_text()
+    charts = sorted((site / "plots").rglob("*.svg"))
+    assert len(charts) >= 10
+    for chart in charts:
+        svg = ET.parse(chart).getroot()
+        assert svg.tag.endswith("svg") and svg.findall(".//{*}rect"), chart
+    assert 'src="../plots/results/serving.svg"' in page
+    # the bars carry the file's numbers: serving's burst throughput, as the file has it
+    serving = json.loads((ROOT / "benchmarks" / "results" / "serving.json").read_text())
+    ours = serving["loads"]["burst"]["toolbox"]["output_throughput"]
+    assert f">{ours:.3g}<" in (site / "plots" / "results" / "serving.svg").read_text()
+    ppo = (site / "examples" / "ppo_cartpole" / "index.html").read_text()
+    assert 'src="../../plots/results/ppo_vs_cleanrl.svg"' in ppo and 'src="../returns.png"' in ppo
+    sft = (site / "examples" / "sft_arith" / "index.html").read_text()
+    assert 'src="../../plots/examples/sft_arith.svg"' in sft
+    assert (
+        "eval/exact_match (expected &gt;= 0.95)"
+        in (site / "plots" / "examples" / "sft_arith.svg").read_text()
+    )
+
+
+def test_charts_are_found_from_the_files_shape(tmp_path):
+    plots = _gen()._plots()
+    data = {
+        "settings": {"steps": 6},
+        "ours": {"steps_per_s": 4.0, "steps": 6},
+        "trl": {"steps_per_s": 1.0, "steps": 6},
+        "per_record_us": {"ours_jsonl": 180.0, "otel": 230.0},
+        "steps_per_s_ratio": 4.0,
+    }
+    assert plots.ratios(data) == {"steps_per_s_ratio": 4.0}
+    # the equal "steps" is no comparison; "settings" is not a system
+    assert plots.comparisons(data) == [
+        ("steps_per_s", {"ours": 4.0, "trl": 1.0}),
+        ("per_record_us", {"ours_jsonl": 180.0, "otel": 230.0}),
+    ]
+    assert plots.benchmark_svg({"settings": {"steps": 6}}, "x") is None
+    for i, em in enumerate((1.0, 0.9)):
+        (tmp_path / f"s{i}").mkdir()
+        (tmp_path / f"s{i}" / "eval.json").write_text(f'{{"eval/exact_match": {em}}}')
+        (tmp_path / f"s{i}" / "run.json").write_text('{"expect": {"eval/exact_match": {"min": 0.95}}}')
+    svg = plots.matrix_svg(tmp_path, "m")
+    assert "eval/exact_match (expected &gt;= 0.95)" in svg and ">0.9<" in svg
+    assert svg == plots.matrix_svg(tmp_path, "m")  # deterministic: a rebuild writes the same bytes
+
+
+def _rest():
+    spec = importlib.util.spec_from_file_location("rest_docstrings", DOCS / "rest_docstrings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rest_literal_blocks_become_fenced_code():
+    rest = _rest()
+    doc = "Compose it.\n\n::\n\n    cfg = load()\n      run(cfg)\n\nThen more.\nA store is a folder::\n\n    a/\n\nx ::\n\n  y"
+    assert rest.literal_blocks(doc) == (
+        "Compose it.\n\n```text\ncfg = load()\n  run(cfg)\n```\n\nThen more.\nA store is a folder:\n\n"
+        "```text\na/\n```\n\nx\n\n```text\ny\n```"
+    )
+    item = "- shapes, one per completion::\n\n      adv = f(r)\n\n  A NaN reward is left out."
+    assert rest.literal_blocks(item) == (
+        "- shapes, one per completion:\n\n  ```text\n  adv = f(r)\n  ```\n\n  A NaN reward is left out."
+    )
+    assert (
+        rest.literal_blocks("See ``a::b`` here.\n.. note::\n\n   kept")
+        == "See ``a::b`` here.\n.. note::\n\n   kept"
+    )
+
+
+def _prose(html: str) -> str:
+    """The text of a page outside code: what a reader sees as paragraphs."""
+    html = re.sub(r"<(pre|code)\b.*?</\1>", " ", html, flags=re.S)
+    return re.sub(r"<[^>]+>", "", html)
+
+
+def test_api_pages_show_no_rest_markup(site):
+    """No reST literal marker (``::`` ending a line) nor role (``:class:`X```) in the rendered API
+    prose, in every file (including the ones whose docstrings start with ``::``); the blocks are
+    code, and a role links to the object's entry."""
+    pages = sorted((site / "reference" / "api").glob("*/index.html"))
+    assert len(pages) == len(_gen().subpackages())
+    bad = []
+    for page in pages:
+        for line in _prose(page.read_text()).splitlines():
+            if re.search(r"::\s*$", line) or re.search(r":(class|meth|func|attr|mod):`", line):
+                bad.append(f"{page.parent.name}: {line.strip()[:100]}")
+    assert not bad, bad
+    experiment = (site / "reference" / "api" / "experiment" / "index.html").read_text()
+    assert re.search(r"<pre><span></span><code>cfg = load_config\(", experiment)
+    memory = (site / "reference" / "api" / "memory" / "index.html").read_text()
+    assert "A store is a folder:</p>" in memory
+    rl = (site / "reference" / "api" / "rl" / "index.html").read_text()
+    assert re.search(
+        r'<a class="autorefs autorefs-internal"[^>]*href="[^"]*#toolbox\.rl\.envs\.GymEnv\.make"', rl
+    )
+
+
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+def test_site_renders_in_chromium(site):
+    """Screenshots of the home page, one API page and the performance page (its charts): real
+    PNGs with more than background in them, kept in the built site's ``screenshots/``."""
     from PIL import Image
 
-    site = _site(tmp_path_factory)
-    for page in ("index.html", "reference/api/trainer/index.html"):
-        png = tmp_path / (page.replace("/", "_") + ".png")
+    shots = site / "screenshots"
+    shots.mkdir(exist_ok=True)
+    for page in ("index.html", "reference/api/trainer/index.html", "performance/index.html"):
+        png = shots / (page.replace("/index.html", "").replace("/", "_").replace(".html", "") + ".png")
         subprocess.run(
             [
                 "chromium",
@@ -147,7 +264,8 @@ def test_site_renders_in_chromium(tmp_path, tmp_path_factory):
         assert image.size == (1280, 900)
         colors = image.getcolors(maxcolors=1 << 16) or []
         assert len(colors) > 50, f"{page}: the screenshot is blank ({len(colors)} grey levels)"
-        shutil.copy(png, ROOT / "site" / png.name) if (ROOT / "site").is_dir() else None
+        if (ROOT / "site").is_dir():  # next to `make docs`'s site, to look at
+            shutil.copy(png, ROOT / "site" / png.name)
 
 
 def test_links_to_repository_files_become_text_and_docs_links_resolve():
