@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolbox.core.errors import ToolboxError
+from toolbox.tracing import codec
 
 SCHEMA_VERSION = 1
 KINDS = ("llm_call", "tool_call", "agent", "decision", "env_step", "custom")
@@ -240,9 +241,29 @@ class ActionRecord:
 
 def dumps(record: ActionRecord) -> str:
     """The record as one line of JSON; a value JSON cannot hold raises SerializationError naming it."""
+    return encode(record)
+
+
+def encode(record: ActionRecord, texts: list[str] | None = None) -> str:
+    """``dumps``, and with ``texts`` a list: the strings the redactor would rewrite appended to it
+    (``codec``: orjson for plain values, the json module for the rest)."""
     d = record.to_dict()
+    if codec.orjson is not None or texts is not None:
+        found: list[str] = []
+        if codec.scan_record(d, found):
+            if texts is not None:
+                texts += found
+            line = codec.dumps_plain(d)
+            if line is not None:
+                return line
+        elif texts is not None:  # not plain: json decides, and the pre-check reads the whole line
+            texts.append(_dumps_json(record, d))
+    return _dumps_json(record, d)
+
+
+def _dumps_json(record: ActionRecord, d: dict[str, Any]) -> str:
     try:
-        return json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return codec.dumps_json(d)
     except (TypeError, ValueError) as e:
         path, bad = _unserialisable(d)
         raise SerializationError(
