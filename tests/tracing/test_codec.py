@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from toolbox.tracing import ActionRecord, Tracer, codec
+from toolbox.tracing import ActionRecord, Score, Tracer, codec
 from toolbox.tracing.record import SerializationError, encode
 from toolbox.tracing.stores.base import MemoryStore
 
@@ -86,3 +86,13 @@ def test_texts_are_the_redactable_strings_and_a_refused_value_is_stored_as_repr(
     assert codec.loads(b'{"a": NaN}')["a"] != codec.loads(b'{"a": NaN}')["a"]  # json's reading, as before
     with pytest.raises(ValueError):
         codec.loads('{"cut": "li')
+
+
+def test_a_record_reads_back_field_for_field():
+    r = ActionRecord("llm_call", "chat", id="2" * 16, parent_id="3" * 16, trace_id="2" * 32, session_id="s",
+                     inputs=[{"role": "user", "parts": [{"type": "text", "content": "q"}]}], outputs="a",
+                     tools=[{"type": "function"}], model="m", operation="text_completion", input_tokens=3,
+                     output_tokens=4, finish_reason="stop", error="E: x", start_time=1.5, end_time=2.5,
+                     scores=[Score("r", 0.5, "reward", comment="c", timestamp=9.0)], tags=["a", "b"],
+                     metadata={"k": [1, 2]})  # fmt: skip
+    assert ActionRecord.from_dict(codec.loads(encode(r))) == r

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from toolbox.tracing.codec import loads
 from toolbox.tracing.record import SCHEMA_VERSION, ActionRecord, Score, TraceError, dumps
 from toolbox.tracing.stores.base import Query, TraceStore
 
@@ -48,7 +49,7 @@ CREATE INDEX IF NOT EXISTS scores_name ON scores(name, value_num);
 """
 
 CACHE_KIB = 64 << 10  # the page cache of a connection (kibibytes)
-_SCORES = "(SELECT json_group_array(json(s.data)) FROM scores s WHERE s.record_id = r.id)"
+_SCORES = "(SELECT group_concat(s.data, ',') FROM scores s WHERE s.record_id = r.id)"  # in rowid order
 
 
 class SqliteStore(TraceStore):
@@ -239,6 +240,7 @@ class SqliteStore(TraceStore):
         sql = f"SELECT r.data, {_SCORES} FROM records r{where} ORDER BY {order}"
         if q.limit is not None:
             sql += f" LIMIT {int(q.limit)}"
+        source = str(self.path)
         with self._errors("read"):
             cur = self.conn.execute(sql, args)
             while True:
@@ -246,10 +248,10 @@ class SqliteStore(TraceStore):
                 if not rows:
                     break
                 for data, scores in rows:
-                    d = json.loads(data)
-                    if scores != "[]":
-                        d["scores"] = json.loads(scores)
-                    yield ActionRecord.from_dict(d, where=str(self.path))
+                    d = loads(data)
+                    if scores is not None:
+                        d["scores"] = loads(f"[{scores}]")
+                    yield ActionRecord.from_dict(d, where=source)
 
     def query(self, q: Query | None = None) -> Iterator[ActionRecord]:
         return self._select(q or Query(), "r.start_time")
