@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -237,10 +238,20 @@ def main() -> None:
     parser.add_argument("--near-dup-records", type=int, default=100_000)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench-tracing-")
+    try:
+        result = _run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
 
+
+def _run(args: argparse.Namespace, tmp: str) -> dict:
     from toolbox.tracing import codec
 
-    tmp = tempfile.mkdtemp(prefix="bench-tracing-")
     load_start = os.getloadavg()
     runs = {k: [] for k in ("ours_jsonl", "ours_jsonl_no_redact", "ours_memory", "otel_memory", "bare")}
     for r in range(args.rounds):  # alternating, so that load changes hit every variant alike
@@ -277,10 +288,7 @@ def main() -> None:
     result["orjson"] = codec.orjson is not None
     result["load_avg_start"] = [round(x, 2) for x in load_start]
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    return result
 
 
 if __name__ == "__main__":

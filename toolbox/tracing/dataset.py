@@ -26,11 +26,11 @@ prompt of one user message and a completion of one assistant message plain strin
 Then: the filters (``RecordFilter``), redaction again (the built-in redactor unless ``redact=None``),
 exact and near-duplicate removal (``Deduper``), and a split by session (the session id, else the
 trace id, hashed: no session is in both splits). Traces are read one at a time
-(``TraceStore.traces``) and rows stream through JSONL spill files into ``datasets``' Arrow writer
-(``toolbox.tracing.writer``), so memory does not grow with the store. The folder (``save_to_disk``, written beside and renamed
-into place) gets ``card.json`` and ``README.md``: records and traces read, rows made, removed by each
-rule, and kept per split. Nothing is written when no row is left; the error names the rule that
-removed the most.
+(``TraceStore.traces``) and rows stream into ``datasets``' Arrow writer (``toolbox.tracing.writer``),
+so memory does not grow with the store. The folder
+(``save_to_disk``, written beside and renamed into place) gets ``card.json`` and ``README.md``:
+records and traces read, rows made, removed by each rule, and kept per split. Nothing is written
+when no row is left; the error names the rule that removed the most.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def to_dataset(
                         card.drop(f"mixed_{bad}_shape")
                         continue
                     split = "test" if _test_side(r.session_id or r.trace_id, test_fraction, seed) else "train"
-                    writer.add(split, line)
+                    writer.add(split, row, features)
         finally:
             if bar is not None:
                 bar.close()
@@ -228,7 +228,7 @@ def to_dataset(
         card.redactions = redactor.count if redactor is not None else 0
         if not any(writer.counts.values()):
             raise TraceError(_empty_message(card, filters))
-        card.splits = writer.save(features, progress=progress)
+        card.splits = writer.save(progress=progress)
         card.seconds = time.perf_counter() - start
         writer.publish(card.to_dict(), card.markdown())
     finally:
@@ -236,22 +236,23 @@ def to_dataset(
     return card.to_dict()
 
 
-def _line(row: dict[str, Any]) -> str:
-    """A row as JSON (orjson where its values are plain; a row of one format has one key order, so
-    equal rows give equal lines, which exact dedupe compares)."""
-    line = codec.dumps_plain(row) if codec.scan(row, []) else None
+def _line(row: dict[str, Any], plain: bool | None = None) -> str:
+    """A row as JSON: orjson where its values are plain (``plain``: already ``codec.scan``ned), else
+    the json module. Rows of one format have one key order, so equal rows give equal lines, which
+    exact dedupe compares."""
+    line = codec.dumps_plain(row) if (codec.scan(row, []) if plain is None else plain) else None
     return line if line is not None else json.dumps(row, ensure_ascii=False)
 
 
 def _redacted_line(row: dict[str, Any], redactor: Redactor) -> tuple[dict[str, Any], str]:
-    """The row redacted where its strings may hold a secret (the pre-check reads the strings only)."""
+    """The row, redacted where its strings may hold a secret (the pre-check reads only its strings,
+    not its keys), and its line."""
     texts: list[str] = []
     plain = codec.scan(row, texts)
-    if not plain or redactor.needed_any(texts):
-        row = redactor.value(row)
-        return row, _line(row)
-    line = codec.dumps_plain(row)
-    return row, line if line is not None else json.dumps(row, ensure_ascii=False)
+    if plain and not redactor.needed_any(texts):
+        return row, _line(row, plain=True)
+    row = redactor.value(row)
+    return row, _line(row)
 
 
 def _empty_message(card: Card, filters: RecordFilter) -> str:

@@ -1,5 +1,7 @@
-"""Rows → a ``datasets`` folder, streamed: JSON lines spilled per split, read back by pyarrow's JSON
-reader in blocks into datasets' Arrow cache, ``save_to_disk`` beside the target, renamed into place.
+"""Rows → a ``datasets`` folder, streamed: each split's rows go through datasets' ``ArrowWriter`` (a
+batch of rows in memory at a time) into an Arrow file beside the target, then ``save_to_disk``
+beside it too, renamed into place. (Spilling JSON lines for ``Dataset.from_json`` cost 115 MB more
+at 168k rows, growing with the rows: pyarrow's JSON reader holds what it parses.)
 
 The Arrow features are fixed from the format (and, for a column that is text or messages, from the
 first row), so rows with and without tool calls share one schema; ``misfit`` names the column of a
@@ -73,42 +75,50 @@ def misfit(row: dict[str, Any], features) -> str | None:
 
 
 class SplitWriter:
-    """Spill rows (JSON lines) per split into a temporary folder beside ``out``; ``save`` writes the
-    dataset folder there, ``publish`` adds the card and renames it onto ``out``; ``close`` removes
-    what is left (call it in a ``finally``)."""
+    """Write rows per split into a temporary folder beside ``out``; ``save`` writes the dataset
+    folder there, ``publish`` adds the card and renames it onto ``out``; ``close`` removes what is
+    left (call it in a ``finally``)."""
 
-    def __init__(self, out: Path, splits: tuple[str, ...] = ("train", "test")) -> None:
+    def __init__(self, out: Path) -> None:
         self.out = out
         out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        self.files = {name: open(self.tmp / f"{name}.jsonl", "w", encoding="utf-8") for name in splits}
-        self.counts = dict.fromkeys(splits, 0)
+        self.writers: dict[str, Any] = {}
+        self.counts: dict[str, int] = {}
 
-    def add(self, split: str, line: str) -> None:
-        self.files[split].write(line)
-        self.files[split].write("\n")
+    def add(self, split: str, row: dict[str, Any], features) -> None:
+        writer = self.writers.get(split)
+        if writer is None:
+            from datasets.arrow_writer import ArrowWriter
+
+            writer = self.writers[split] = ArrowWriter(
+                features=features, path=str(self.tmp / f"{split}.arrow")
+            )
+            self.counts[split] = 0
+        writer.write(row)
         self.counts[split] += 1
 
-    def _close_files(self) -> None:
-        for f in self.files.values():
-            f.close()
+    def _finish(self, finalize: bool = True) -> None:
+        writers, self.writers = self.writers, {}
+        for w in writers.values():
+            if finalize:
+                w.finalize()  # the rows still in memory, then the stream closed
+            else:
+                w.close()
 
-    def save(self, features, progress: bool = False) -> dict[str, int]:
+    def save(self, progress: bool = False) -> dict[str, int]:
         """Write the dataset (not yet in place); returns its rows per split."""
         import datasets
         from datasets import Dataset, DatasetDict
 
-        self._close_files()
-        splits = {}
+        names = [n for n in ("train", "test") if self.counts.get(n)] + sorted(
+            n for n in self.counts if n not in ("train", "test") and self.counts[n]
+        )
+        self._finish()
         if not progress:
             datasets.disable_progress_bars()
         try:
-            for name, n in self.counts.items():
-                if n:  # pyarrow's JSON reader, in blocks, into datasets' Arrow cache: bounded memory
-                    splits[name] = Dataset.from_json(
-                        str(self.tmp / f"{name}.jsonl"), features=features, cache_dir=str(self.tmp / "cache")
-                    )
-            dd = DatasetDict(splits)
+            dd = DatasetDict({n: Dataset.from_file(str(self.tmp / f"{n}.arrow")) for n in names})
             dd.save_to_disk(str(self.tmp / "dataset"))
         finally:
             if not progress:
@@ -128,5 +138,7 @@ class SplitWriter:
             os.replace(self.tmp / "dataset", self.out)
 
     def close(self) -> None:
-        self._close_files()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            self._finish(finalize=False)
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
