@@ -72,3 +72,28 @@ def test_the_precheck_never_skips_what_a_rule_would_change():
 def test_extra_rules_always_run():
     r = Redactor(extra=[("ticket", r"TCK-\d+")])
     assert r.needed("TCK-12") and r.text("see TCK-12") == "see [REDACTED:ticket]"
+
+
+def test_the_precheck_covers_whitespace_unicode_digits_and_case_folding():
+    rng = random.Random(1)
+    plain = Redactor()
+    plain.needed = lambda text: True  # noqa: E731
+    words = ["token", "TOKEN", "ſecret", "Kеy", "api_Key", "authorİzation", "passwd", "bearer", "BEARER",
+             "sk-", "xoxb-", "ghp_", "hf_", "AKIA", "AIza", "+", "(", ")", "@", ":", "=", "\t", "\n", "\u00a0",
+             "\u3000", "\u0663", "\u0967", "415", "555", "2671", "+44", ".", "-", " ", "x", "é", "_"]  # fmt: skip
+    for _ in range(6000):
+        text = "".join(
+            rng.choice(words) if rng.random() < 0.5 else rng.choice("ab1234567890 ")
+            for _ in range(rng.randint(3, 30))
+        )
+        assert default_redactor.text(text) == plain.text(text), repr(text)
+    for text in ["token  : abcdefgh", "TOKEN\t=\tabcdefgh", "ſecret: abcdefgh", "office 415\t555\t2671",
+                 "office \u0664\u0661\u0665-\u0665\u0665\u0665-\u0662\u0666\u0667\u0661", "call\u00a0+1\u00a0415\u00a0555\u00a02671"]:  # fmt: skip
+        assert default_redactor.needed(text) and plain.text(text) != text, repr(text)
+
+
+def test_needed_any_reads_a_records_strings_not_its_json_keys():
+    assert not default_redactor.needed_any(["chat", "user", "the model emits 17 tokens", "2+3 is 5"])
+    assert default_redactor.needed_any(["user", "mail ann@example.com"])
+    assert default_redactor.needed_any(["key:", " sk-abcdefghijklmnopqrstu"])  # conservative across strings
+    assert Redactor(extra=[("ticket", r"TCK-\d+")]).needed_any(["nothing"])

@@ -18,39 +18,41 @@ Formats (each row from the model calls, ``llm_call`` records, of one trace):
   passes ``label_threshold`` (a boolean score: its value).
 - ``prompts``: ``{"prompt"}`` of each model call, for RL.
 
+(The rows: ``toolbox.tracing.rows``; this file runs the conversion and keeps its card.)
+
 Prompts and completions are message lists (TRL's conversational form); ``text=True`` makes a
 prompt of one user message and a completion of one assistant message plain strings.
 
 Then: the filters (``RecordFilter``), redaction again (the built-in redactor unless ``redact=None``),
 exact and near-duplicate removal (``Deduper``), and a split by session (the session id, else the
 trace id, hashed: no session is in both splits). Traces are read one at a time
-(``TraceStore.traces``) and rows stream through JSONL spill files into ``datasets``' Arrow writer,
-so memory does not grow with the store. The folder (``save_to_disk``, written beside and renamed
-into place) gets ``card.json`` and ``README.md``: records and traces read, rows made, removed by each
-rule, and kept per split. Nothing is written when no row is left; the error names the rule that
-removed the most.
+(``TraceStore.traces``) and rows stream into ``datasets``' Arrow writer (``toolbox.tracing.writer``),
+so memory does not grow with the store. The folder
+(``save_to_disk``, written beside and renamed into place) gets ``card.json`` and ``README.md``:
+records and traces read, rows made, removed by each rule, and kept per split. Nothing is written
+when no row is left; the error names the rule that removed the most.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolbox.tracing import codec
 from toolbox.tracing.dedupe import Deduper
 from toolbox.tracing.filters import RecordFilter, TraceIndex
-from toolbox.tracing.record import ActionRecord, TraceError, messages_to_chat
+from toolbox.tracing.record import TraceError
 from toolbox.tracing.redact import Redactor, default_redactor
+from toolbox.tracing.rows import FORMATS, RowMaker
 from toolbox.tracing.stores.base import Query, TraceStore, open_store
+from toolbox.tracing.writer import SplitWriter, features_for, misfit
 
-FORMATS = ("sft", "preference", "kto", "prompts")
+__all__ = ["FORMATS", "Card", "to_dataset"]
 
 
 @dataclass
@@ -106,223 +108,6 @@ class Card:
         return "\n".join(lines)
 
 
-# -- rows -----------------------------------------------------------------------------------------
-def _key(messages: Any) -> list[str]:
-    return (
-        [json.dumps(m, sort_keys=True) for m in messages]
-        if isinstance(messages, list)
-        else [json.dumps(messages)]
-    )
-
-
-def _as_messages(value: Any, role: str) -> list[dict[str, Any]]:
-    """A record's inputs/outputs as GenAI messages (a plain string becomes one text message)."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [{"role": role, "parts": [{"type": "text", "content": value}]}]
-    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m for m in value):
-        return value
-    if isinstance(value, dict) and "role" in value:
-        return [value]
-    return [{"role": role, "parts": [{"type": "text", "content": json.dumps(value, ensure_ascii=False)}]}]
-
-
-def unmatched_tool_calls(chat: list[dict[str, Any]]) -> list[str]:
-    """Tool call ids without a reply, and replies without a call (both must be empty to keep a row)."""
-    calls: list[str] = []
-    replies: list[str] = []
-    for m in chat:
-        for c in m.get("tool_calls") or ():
-            calls.append(c.get("id"))
-        if m["role"] == "tool":
-            replies.append(m.get("tool_call_id"))
-    return [c for c in calls if c not in replies] + [r for r in replies if r not in calls]
-
-
-def _plain(chat: list[dict[str, Any]], role: str) -> str | None:
-    if len(chat) == 1 and chat[0]["role"] == role and not chat[0].get("tool_calls"):
-        return chat[0]["content"]
-    return None
-
-
-class RowMaker:
-    def __init__(
-        self,
-        format: str,
-        score: str | None,
-        margin: float,
-        label_threshold: float,
-        text: bool,
-        card: Card,
-    ) -> None:
-        if format not in FORMATS:
-            raise TraceError(f"format {format!r}; choose one of {', '.join(FORMATS)}.")
-        if format in ("preference", "kto") and not score:
-            raise TraceError(
-                f"format {format}: name the score that ranks or labels generations (--score NAME)."
-            )
-        self.format = format
-        self.score_name = score
-        self.margin = margin
-        self.label_threshold = label_threshold
-        self.text = text
-        self.card = card
-
-    def _prompt(self, chat: list[dict[str, Any]]) -> Any:
-        if self.text:
-            s = _plain(chat, "user")
-            if s is not None:
-                return s
-        return chat
-
-    def _completion(self, chat: list[dict[str, Any]]) -> Any:
-        if self.text:
-            s = _plain(chat, "assistant")
-            if s is not None:
-                return s
-        return chat
-
-    def rows(
-        self, calls: list[ActionRecord], index: TraceIndex
-    ) -> Iterator[tuple[ActionRecord, dict[str, Any]]]:
-        if self.format == "sft":
-            yield from self._sft(calls)
-        elif self.format == "preference":
-            yield from self._preference(calls, index)
-        elif self.format == "kto":
-            yield from self._kto(calls, index)
-        else:
-            for r in calls:
-                yield r, {"prompt": self._prompt(messages_to_chat(_as_messages(r.inputs, "user")))}
-
-    def _sft(self, calls: list[ActionRecord]) -> Iterator[tuple[ActionRecord, dict[str, Any]]]:
-        inputs = [_as_messages(r.inputs, "user") for r in calls]
-        for i, r in enumerate(calls):
-            messages = inputs[i] + _as_messages(r.outputs, "assistant")
-            n = len(messages)
-            if any(j != i and len(other) >= n and other[:n] == messages for j, other in enumerate(inputs)):
-                self.card.drop("continued_in_later_call")  # part of a later call's conversation
-                continue
-            chat = messages_to_chat(messages)
-            if unmatched_tool_calls(chat):
-                self.card.drop("unmatched_tool_call")
-                continue
-            if not any(m["role"] == "assistant" for m in chat):
-                self.card.drop("no_assistant_turn")
-                continue
-            yield r, {"messages": chat, "tools": json.dumps(r.tools, ensure_ascii=False) if r.tools else None}
-
-    def _preference(
-        self, calls: list[ActionRecord], index: TraceIndex
-    ) -> Iterator[tuple[ActionRecord, dict]]:
-        groups: dict[tuple, list[ActionRecord]] = {}
-        for r in calls:
-            groups.setdefault((r.parent_id, json.dumps(r.inputs, sort_keys=True)), []).append(r)
-        for group in groups.values():
-            scored = []
-            for r in group:
-                s = index.score(r, self.score_name)
-                if s is None or s.data_type == "CATEGORICAL":
-                    self.card.drop("unscored")
-                    continue
-                scored.append((float(s.value), r))
-            if len(scored) < 2:
-                self.card.drop("no_sibling")
-                continue
-            scored.sort(key=lambda t: t[0])
-            (worst, rejected), (best, chosen) = scored[0], scored[-1]
-            if best - worst <= self.margin:
-                self.card.drop("tied_siblings")
-                continue
-            prompt = messages_to_chat(_as_messages(chosen.inputs, "user"))
-            yield (
-                chosen,
-                {
-                    "prompt": self._prompt(prompt),
-                    "chosen": self._completion(messages_to_chat(_as_messages(chosen.outputs, "assistant"))),
-                    "rejected": self._completion(
-                        messages_to_chat(_as_messages(rejected.outputs, "assistant"))
-                    ),
-                    "score_chosen": best,
-                    "score_rejected": worst,
-                },
-            )
-
-    def _kto(self, calls: list[ActionRecord], index: TraceIndex) -> Iterator[tuple[ActionRecord, dict]]:
-        for r in calls:
-            s = index.score(r, self.score_name)
-            if s is None or s.data_type == "CATEGORICAL":
-                self.card.drop("unscored")
-                continue
-            label = bool(s.value) if s.data_type == "BOOLEAN" else float(s.value) >= self.label_threshold
-            yield (
-                r,
-                {
-                    "prompt": self._prompt(messages_to_chat(_as_messages(r.inputs, "user"))),
-                    "completion": self._completion(messages_to_chat(_as_messages(r.outputs, "assistant"))),
-                    "label": label,
-                },
-            )
-
-
-# -- features ------------------------------------------------------------------------------------
-def _features(format: str, row: dict[str, Any]):
-    """Fixed Arrow features, so that rows with and without tool calls share one schema."""
-    from datasets import Features, List, Value
-
-    message = {
-        "role": Value("string"),
-        "content": Value("string"),
-        "tool_calls": List(
-            {
-                "id": Value("string"),
-                "type": Value("string"),
-                "function": {"name": Value("string"), "arguments": Value("string")},
-            }
-        ),
-        "tool_call_id": Value("string"),
-    }
-
-    def col(v: Any):
-        return Value("string") if isinstance(v, str) else List(message)
-
-    if format == "sft":
-        return Features({"messages": List(message), "tools": Value("string")})
-    if format == "preference":
-        return Features(
-            {
-                "prompt": col(row["prompt"]),
-                "chosen": col(row["chosen"]),
-                "rejected": col(row["rejected"]),
-                "score_chosen": Value("float64"),
-                "score_rejected": Value("float64"),
-            }
-        )
-    if format == "kto":
-        return Features(
-            {"prompt": col(row["prompt"]), "completion": col(row["completion"]), "label": Value("bool")}
-        )
-    return Features({"prompt": col(row["prompt"])})
-
-
-def _shape(row: dict[str, Any], features) -> str | None:
-    """None if the row fits the features chosen from the first row (text vs messages), else the column."""
-    from datasets import Value
-
-    for k, f in features.items():
-        if (
-            isinstance(f, Value)
-            and f.dtype == "string"
-            and row.get(k) is not None
-            and not isinstance(row[k], str)
-        ):
-            return k
-        if not isinstance(f, Value) and isinstance(row.get(k), str):
-            return k
-    return None
-
-
 # -- the conversion -------------------------------------------------------------------------------
 def _test_side(session: str, fraction: float, seed: int) -> bool:
     h = hashlib.blake2b(f"{seed}:{session}".encode(), digest_size=8).digest()
@@ -349,9 +134,6 @@ def to_dataset(
 ) -> dict[str, Any]:
     """Convert a store's traces into a ``datasets`` folder at ``out`` (see the module docstring);
     returns the card as a dict."""
-    import datasets
-    from datasets import Dataset, DatasetDict
-
     start = time.perf_counter()
     owns = not isinstance(store, TraceStore)
     src = open_store(store, readonly=True) if owns else store
@@ -388,7 +170,7 @@ def to_dataset(
             "seed": seed,
         },
     )
-    maker = RowMaker(format, score, margin, label_threshold, text, card)
+    maker = RowMaker(format, score, margin, label_threshold, text, card.drop)
     deduper = Deduper(exact=exact_dup, near=near_dup)
     redactor = redact if isinstance(redact, Redactor) else None
     if redactor is not None:
@@ -398,12 +180,10 @@ def to_dataset(
         from tqdm import tqdm
 
         bar = tqdm(total=src.count(query), unit="rec", desc=f"to-dataset {format}", mininterval=0.5)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    writer = SplitWriter(out)
+    features = None
+    kinds = frozenset(filters.kinds)
     try:
-        spills = {name: open(tmp / f"{name}.jsonl", "w", encoding="utf-8") for name in ("train", "test")}
-        counts = {"train": 0, "test": 0}
-        features = None
         try:
             for group in src.traces(query):
                 card.records += len(group)
@@ -413,7 +193,7 @@ def to_dataset(
                 index = TraceIndex(group)
                 calls = []
                 for r in group:
-                    if r.kind not in filters.kinds:
+                    if r.kind not in kinds:
                         continue  # not a candidate (tool calls, agent roots): no rule counts it
                     rule = filters.check(r, index)
                     if rule is None:
@@ -422,63 +202,57 @@ def to_dataset(
                         card.drop(rule)
                 for r, row in maker.rows(calls, index):
                     card.candidates += 1
-                    line = json.dumps(row, ensure_ascii=False)
                     if redactor is not None:
-                        if redactor.needed(line):
-                            row = redactor.value(row)
-                            line = json.dumps(row, ensure_ascii=False)
-                    elif redact is not None:
-                        row = redact(row)
-                        line = json.dumps(row, ensure_ascii=False)
+                        row, line = _redacted_line(row, redactor)
+                    else:
+                        if redact is not None:
+                            row = redact(row)
+                        line = _line(row)
                     rule = deduper.check(row, line)
                     if rule is not None:
                         card.drop(rule)
                         continue
                     if features is None:
-                        features = _features(format, row)
-                    bad = _shape(row, features)
+                        features = features_for(format, row)
+                    bad = misfit(row, features)
                     if bad is not None:
                         card.drop(f"mixed_{bad}_shape")
                         continue
                     split = "test" if _test_side(r.session_id or r.trace_id, test_fraction, seed) else "train"
-                    spills[split].write(line + "\n")
-                    counts[split] += 1
+                    writer.add(split, row, features)
         finally:
-            for f in spills.values():
-                f.close()
             if bar is not None:
                 bar.close()
             if owns:
                 src.close()
         card.redactions = redactor.count if redactor is not None else 0
-        if not counts["train"] and not counts["test"]:
+        if not any(writer.counts.values()):
             raise TraceError(_empty_message(card, filters))
-        splits = {}
-        if not progress:
-            datasets.disable_progress_bars()
-        for name, n in counts.items():
-            if n:  # pyarrow's JSON reader, in blocks, into datasets' Arrow cache: bounded memory
-                splits[name] = Dataset.from_json(
-                    str(tmp / f"{name}.jsonl"), features=features, cache_dir=str(tmp / "cache")
-                )
-        dd = DatasetDict(splits)
-        dd.save_to_disk(str(tmp / "dataset"))
-        if not progress:
-            datasets.enable_progress_bars()
-        card.splits = {k: len(v) for k, v in dd.items()}
+        card.splits = writer.save(progress=progress)
         card.seconds = time.perf_counter() - start
-        (tmp / "dataset" / "card.json").write_text(json.dumps(card.to_dict(), indent=2) + "\n")
-        (tmp / "dataset" / "README.md").write_text(card.markdown())
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp / "dataset", out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp / "dataset", out)
+        writer.publish(card.to_dict(), card.markdown())
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        writer.close()
     return card.to_dict()
+
+
+def _line(row: dict[str, Any], plain: bool | None = None) -> str:
+    """A row as JSON: orjson where its values are plain (``plain``: already ``codec.scan``ned), else
+    the json module. Rows of one format have one key order, so equal rows give equal lines, which
+    exact dedupe compares."""
+    line = codec.dumps_plain(row) if (codec.scan(row, []) if plain is None else plain) else None
+    return line if line is not None else json.dumps(row, ensure_ascii=False)
+
+
+def _redacted_line(row: dict[str, Any], redactor: Redactor) -> tuple[dict[str, Any], str]:
+    """The row, redacted where its strings may hold a secret (the pre-check reads only its strings,
+    not its keys), and its line."""
+    texts: list[str] = []
+    plain = codec.scan(row, texts)
+    if plain and not redactor.needed_any(texts):
+        return row, _line(row, plain=True)
+    row = redactor.value(row)
+    return row, _line(row)
 
 
 def _empty_message(card: Card, filters: RecordFilter) -> str:

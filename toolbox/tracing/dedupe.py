@@ -1,9 +1,11 @@
 """Duplicate removal for rows made from traces: exact (a hash of the row) and near (MinHash LSH).
 
 Exact: a 16-byte BLAKE2 digest of the row's JSON, kept in a set (16 bytes per row kept,
-not the row). Near: ``datasketch``'s MinHash over word 3-grams of the row's text and its
-``MinHashLSH`` index at a Jaccard threshold; a row whose estimated similarity to a kept row is at
-least the threshold is dropped (the first one seen is kept).
+not the row). Near: ``datasketch``'s MinHash over word 3-grams of the row's text, banded as its
+``MinHashLSH`` bands them at a Jaccard threshold (its ``hashranges``); a row that shares a band with a
+kept row is dropped (the first one seen is kept) — what ``bool(lsh.query(m))`` answers, but asked of
+one set per band: ``query`` gathers every kept row of the matching buckets, which grows with the kept
+rows when many are alike, and made the check quadratic. The permutations are drawn once, not per row.
 """
 
 from __future__ import annotations
@@ -52,16 +54,18 @@ class Deduper:
         self.num_perm = num_perm
         self.ngram = ngram
         self._seen: set[bytes] = set()
-        self._lsh = None
+        self._bands: list[tuple[int, int, set[bytes]]] = []
         if near is not None:
-            from datasketch import MinHashLSH
+            from datasketch import MinHash, MinHashLSH
 
             if not 0.0 < near <= 1.0:
                 from toolbox.tracing.record import TraceError
 
                 raise TraceError(f"near-duplicate threshold {near}; choose a Jaccard similarity in (0, 1].")
-            self._lsh = MinHashLSH(threshold=near, num_perm=num_perm)
-        self._n = 0
+            lsh = MinHashLSH(threshold=near, num_perm=num_perm)  # its banding for this threshold
+            self._bands = [(start, end, set()) for start, end in lsh.hashranges]
+            first = MinHash(num_perm=num_perm)
+            self._permutations, self._scheme = first.permutations, first.scheme
 
     def _minhash(self, text: str):
         import xxhash
@@ -70,7 +74,12 @@ class Deduper:
         words = _WORD.findall(text.lower())
         k = self.ngram
         shingles = {" ".join(words[i : i + k]).encode() for i in range(max(1, len(words) - k + 1))}
-        m = MinHash(num_perm=self.num_perm, hashfunc=xxhash.xxh32_intdigest)
+        m = MinHash(
+            num_perm=self.num_perm,
+            hashfunc=xxhash.xxh32_intdigest,
+            permutations=self._permutations,
+            scheme=self._scheme,
+        )
         m.update_batch(list(shingles))
         return m
 
@@ -82,12 +91,13 @@ class Deduper:
             key = hashlib.blake2b(text.encode(), digest_size=16).digest()
             if key in self._seen:
                 return "exact_dup"
-        if self._lsh is not None:
-            m = self._minhash(row_text(row))
-            if self._lsh.query(m):
+        if self._bands:
+            values = self._minhash(row_text(row)).hashvalues
+            keys = [values[start:end].tobytes() for start, end, _ in self._bands]
+            if any(k in band for k, (_, _, band) in zip(keys, self._bands, strict=True)):
                 return "near_dup"
-            self._lsh.insert(self._n, m)
-            self._n += 1
+            for k, (_, _, band) in zip(keys, self._bands, strict=True):
+                band.add(k)
         if self.exact:
             self._seen.add(key)
         return None

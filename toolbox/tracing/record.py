@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolbox.core.errors import ToolboxError
+from toolbox.tracing import codec
 
 SCHEMA_VERSION = 1
 KINDS = ("llm_call", "tool_call", "agent", "decision", "env_step", "custom")
@@ -207,42 +208,49 @@ class ActionRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "record") -> ActionRecord:
-        version = int(d.get("schema_version", SCHEMA_VERSION))
+        get = d.get  # a store reads a million of these: positional, in the fields' order
+        version = int(get("schema_version", SCHEMA_VERSION))
         if version > SCHEMA_VERSION:
             raise TraceError(
                 f"{where}: written with trace schema version {version}, but this toolbox reads up to "
                 f"version {SCHEMA_VERSION}; upgrade toolbox (pip install -U toolbox) to read it."
             )
+        scores, tags = get("scores"), get("tags")
         return cls(
-            kind=d["kind"],
-            name=d["name"],
-            id=d["id"],
-            parent_id=d.get("parent_id"),
-            trace_id=d["trace_id"],
-            session_id=d.get("session_id"),
-            inputs=d.get("inputs"),
-            outputs=d.get("outputs"),
-            tools=d.get("tools"),
-            model=d.get("model"),
-            operation=d.get("operation"),
-            input_tokens=d.get("input_tokens"),
-            output_tokens=d.get("output_tokens"),
-            finish_reason=d.get("finish_reason"),
-            error=d.get("error"),
-            start_time=d.get("start_time", 0.0),
-            end_time=d.get("end_time"),
-            scores=[Score.from_dict(s) for s in d.get("scores") or ()],
-            tags=list(d.get("tags") or ()),
-            metadata=d.get("metadata") or {},
-            schema_version=version,
-        )
+            d["kind"], d["name"], d["id"], get("parent_id"), d["trace_id"], get("session_id"),
+            get("inputs"), get("outputs"), get("tools"), get("model"), get("operation"),
+            get("input_tokens"), get("output_tokens"), get("finish_reason"), get("error"),
+            get("start_time", 0.0), get("end_time"),
+            [Score.from_dict(s) for s in scores] if scores else [], list(tags) if tags else [],
+            get("metadata") or {}, version,
+        )  # fmt: skip
 
 
 def dumps(record: ActionRecord) -> str:
     """The record as one line of JSON; a value JSON cannot hold raises SerializationError naming it."""
+    return encode(record)
+
+
+def encode(record: ActionRecord, texts: list[str] | None = None) -> str:
+    """``dumps``, and with ``texts`` a list: the strings the redactor would rewrite appended to it
+    (``codec``: orjson for plain values, the json module for the rest)."""
     d = record.to_dict()
+    if codec.orjson is not None or texts is not None:
+        found: list[str] = []
+        if codec.scan_record(d, found):
+            if texts is not None:
+                texts += found
+            line = codec.dumps_plain(d)
+            if line is not None:
+                return line
+        elif texts is not None:  # not plain: json decides, and the pre-check reads the whole line
+            texts.append(_dumps_json(record, d))
+    return _dumps_json(record, d)
+
+
+def _dumps_json(record: ActionRecord, d: dict[str, Any]) -> str:
     try:
-        return json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return codec.dumps_json(d)
     except (TypeError, ValueError) as e:
         path, bad = _unserialisable(d)
         raise SerializationError(

@@ -13,6 +13,7 @@ Any callable ``record -> record | None`` can be the tracer's hook instead (None 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -36,39 +37,60 @@ BUILTIN_RULES: tuple[tuple[str, str], ...] = (
     ("phone", r"(?<![\w+])\+\d{1,3}[\s.-]?(?:\(\d{1,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]?\d{2,4}){1,4}(?!\w)"),
     ("phone", r"(?<![\w+])(?:\(\d{2,4}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\w)"),
 )
-_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _SEPARATORS = (" ", ".", "-")
 _PHONE_SHAPES = tuple(f"000{a}000{b}0000".encode() for a in _SEPARATORS for b in _SEPARATORS) + (
     b")000",
     b") 000",
 )
 _PHONE_HINTS = (b"000 000", b"000-000", b"000.000.", b"000.000 ", b"000.000-", b")")
-_TOKEN_ASSIGN = ("token:", "token=", "token :", "token =")
-_LITERALS = ("@", "sk-", "AKIA", "ASIA", "xox", "hf_", "AIza")
-_LOWER_LITERALS = ("bearer", "secret", "passw", "authorization", "api_key", "apikey", "api-key")
+# digits to 0 and every whitespace (\s) to a space, so that the shapes above cover each phone rule
+_ASCII_SPACES = bytes(c for c in range(128) if chr(c).isspace())
+_ZERO_ASCII = bytes.maketrans(b"123456789" + _ASCII_SPACES, b"0" * 9 + b" " * len(_ASCII_SPACES))
+
+
+@functools.cache
+def _zero_unicode() -> dict[int, str]:  # built on first need (a scan of every code point)
+    return {
+        **{c: "0" for c in range(0x110000) if chr(c).isdecimal()},  # \d: every Unicode decimal digit
+        **{c: " " for c in range(0x110000) if chr(c).isspace()},
+    }
+
+
+_NON_ASCII_DIGIT_OR_SPACE = re.compile(r"(?:(?![\x00-\x7f])[\d\s])")
+# the letters re's IGNORECASE matches to an ASCII letter of a keyword (and str.lower leaves alone)
+_FOLD = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+_FOLDED = tuple(chr(c) for c in _FOLD)
 
 
 def might_hold_builtin_secret(text: str) -> bool:
-    """False only when no built-in rule can match ``text``: every rule's match contains one of a few
-    literals (``@``, ``sk-``, ``bearer``, ``api_key``, ``token:`` / ``token=``, ...; a
-    phone number has the shape ``000-000-0000``, or a ``+0`` after no word character, once its
-    digits are zeroed). A few ``in``
-    tests, so a whole serialised record is checked at once and the regexes run only on the rare
-    record that needs them."""
-    for lit in _LITERALS:
-        if lit in text:
-            return True
-    if "gh" in text and "_" in text:
+    """False only when no built-in rule can match ``text``: every rule's match contains a literal
+    (``@``; ``sk-``, ``xox`` with a ``-``; ``hf_``, ``gh`` with a ``_``; ``AKIA``, ``ASIA``, ``AIza``;
+    ``bearer``; a keyword with a ``:`` or ``=``), or a phone's shape (``000-000-0000``, ``(000)``,
+    or a ``+0`` after no word character, once digits are zeroed and spaces made one kind). A few
+    ``in`` tests on the text (cheap ones first: one character), so the regexes run only on the rare
+    text that needs them. The tracer checks a record's strings joined (``Redactor.needed_any``)."""
+    if "@" in text:
         return True
-    low = text.lower()
-    for lit in _LOWER_LITERALS:
-        if lit in low:
-            return True
-    if "token" in low:
-        for lit in _TOKEN_ASSIGN:
-            if lit in low:
-                return True
-    zeroed = text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)  # bytes: a fast table
+    if "-" in text and ("sk-" in text or "xox" in text):
+        return True
+    if "_" in text and ("hf_" in text or "gh" in text):
+        return True
+    if "A" in text and ("AKIA" in text or "ASIA" in text or "AIza" in text):
+        return True
+    plain = text.isascii()
+    low = text.lower() if plain or not any(c in text for c in _FOLDED) else text.translate(_FOLD).lower()
+    if "bearer" in low:
+        return True
+    if ("=" in text or ":" in text) and (
+        "secret" in low or "token" in low or "passw" in low or "api" in low or "authorization" in low
+    ):
+        return True
+    if plain:
+        zeroed = text.encode().translate(_ZERO_ASCII)  # bytes: a fast table
+    elif _NON_ASCII_DIGIT_OR_SPACE.search(text):
+        zeroed = text.translate(_zero_unicode()).encode("utf-8", "surrogatepass")
+    else:
+        zeroed = text.encode("utf-8", "surrogatepass").translate(_ZERO_ASCII)
     # every phone shape holds one of these hints (a float's one dot makes "000.000" but none of them)
     for hint in _PHONE_HINTS:
         if hint in zeroed:
@@ -104,6 +126,12 @@ class Redactor:
     def needed(self, text: str) -> bool:
         """Whether ``text`` (a string, or a whole serialised record) may hold something to redact."""
         return not self._builtin_only or might_hold_builtin_secret(text)
+
+    def needed_any(self, texts: list[str]) -> bool:
+        """Whether any of ``texts`` (a record's or a row's strings) may hold something to redact."""
+        if not self._builtin_only:
+            return True
+        return might_hold_builtin_secret(texts[0] if len(texts) == 1 else "\n".join(texts))
 
     def text(self, s: str) -> str:
         if len(s) < 6 or not self.needed(s):  # shorter than any secret the rules find

@@ -43,6 +43,7 @@ from toolbox.tracing.record import (
     SerializationError,
     TraceError,
     dumps,
+    encode,
     make_serialisable,
     new_span_id,
     new_trace_id,
@@ -197,8 +198,8 @@ class Tracer:
     def emit(self, record: ActionRecord) -> None:
         """Redact and buffer a finished record (spans call this; so can code that builds records).
 
-        The built-in ``Redactor`` runs at flush, on the records whose serialised line may hold a
-        secret (``Redactor.needed``: a few substring tests); any other hook runs here on each record.
+        The built-in ``Redactor`` runs at flush, on the records whose strings may hold a secret
+        (``Redactor.needed_any``: a few substring tests); any other hook runs here on each record.
         """
         if self.redact is not None and not isinstance(self.redact, Redactor):
             record = self.redact(record)
@@ -236,16 +237,18 @@ class Tracer:
         redactor = self.redact if isinstance(self.redact, Redactor) else None
         lines = []
         for r in batch:
+            texts: list[str] | None = [] if redactor is not None else None
             try:
-                line = dumps(r)
+                line = encode(r, texts)
             except SerializationError as e:
                 self.unserialisable += 1
                 log.warning("%s; stored with repr() in its place and the tag 'unserialisable'", e)
                 r.inputs, r.outputs = make_serialisable(r.inputs), make_serialisable(r.outputs)
                 r.metadata, r.tools = make_serialisable(r.metadata), make_serialisable(r.tools)
                 r.tags.append("unserialisable")
-                line = dumps(r)
-            if redactor is not None and redactor.needed(line):
+                texts = [] if redactor is not None else None
+                line = encode(r, texts)
+            if redactor is not None and redactor.needed_any(texts):
                 redactor(r)
                 line = dumps(r)
             lines.append(line)

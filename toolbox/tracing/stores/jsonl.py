@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from toolbox.tracing.codec import loads
 from toolbox.tracing.record import ActionRecord, Score, TraceError, dumps
 from toolbox.tracing.stores.base import Query, TraceStore
 
@@ -96,7 +97,7 @@ class JsonlStore(TraceStore):
         if line.startswith(SCORE_PREFIX) or not line.strip():
             return None
         try:
-            d = json.loads(line)
+            d = loads(line)
             if not isinstance(d, dict) or "kind" not in d or "id" not in d:
                 raise ValueError("not a record")
         except ValueError:
