@@ -216,7 +216,7 @@ def bench_scale(args) -> dict:
         "index": {"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction},
         "flush_every": args.flush_every,
         "cpus": os.cpu_count(),
-        "note": "shared machine (about 8 jobs on 2 cores); run under nice -n 5",
+        "note": f"shared 2-core machine; this process at nice {os.nice(0)}",
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "sizes": {},
     }

@@ -7,8 +7,12 @@ candidates, as Letta's hybrid archival search does. Filters are ``toolbox.memory
 
 A filter matching at most the index's ``exact_below`` items is searched exactly over them. A
 broader one (an approximate index) searches the whole graph for more candidates than needed and
-keeps those SQLite says match, widening 4× until enough survive (when none is left to widen to,
-the allowed ids are handed to the index); it never materialises the allowed ids.
+keeps those SQLite says match: first the nearest ``max(8k, 64)``, then as many as the share of
+matches among them says should hold about ``3k`` matches, until ``3k`` (or, past 4,096 candidates,
+``k``) survive; a filter sparser than that among the nearest hands the allowed ids to the index.
+It never materialises the ids of a broad filter, and counts its matches only up to
+``exact_below + 1`` (counting all 100k matches of a 10% filter at 1M took 0.2 s of row reads
+before the metadata index held the JSON type, and 24 ms after: more than the search).
 """
 
 from __future__ import annotations
@@ -75,19 +79,22 @@ def vector_candidates(
         return _hits(ids[0], sims[0])
     sql, params = compile_filter(filters, fields)
     limit = getattr(index, "exact_below", None)
-    matching = rows.count(sql, params)
+    # counting stops past the limit: a broad filter's count would cost more than its search
+    matching = rows.count(sql, params, None if limit is None else limit + 1)
     if matching == 0:
         return None
     if limit is not None and matching > limit:
-        want = min(count, max(2 * n * count // matching, 4 * n))
+        want = min(count, max(8 * n, 64))
         while True:
             ids, sims = index.search(qv, want)
             found = _hits(ids[0], sims[0])
             keep = rows.matching(list(found), sql, params)
-            if len(keep) >= min(n, matching) or want >= count:
+            # the filter's share among the nearest sets the next request: about 3n survivors
+            grow = 4 * want if not keep else max(2 * want, -(-3 * n * want // len(keep)))
+            if len(keep) >= 3 * n or want >= count or (len(keep) >= n and grow > 4096):
                 best = sorted(keep, key=lambda i: -found[i])[:n]
                 return {i: found[i] for i in best}
-            want = min(count, 4 * want)
+            want = min(count, grow)
             if want > 4096:  # too sparse among the nearest: let the index walk with the filter
                 break
     allowed = np.array(rows.where(sql, params), dtype=np.int64)

@@ -198,11 +198,15 @@ class RowStore:
         return self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
 
     def index_field(self, name: str) -> None:
-        """An expression index on metadata key ``name`` (filters on it then skip the table scan)."""
+        """An expression index on metadata key ``name``: its value and its JSON type, the two
+        expressions a compiled filter tests, so counting or listing the matches reads the index
+        only (with the value alone, each match read its row for the type: 0.2 s per 100k items)."""
         assert self.db is not None
-        digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+        digest, path = hashlib.sha1(name.encode()).hexdigest()[:12], json_path(name)
+        self.db.execute(f"DROP INDEX IF EXISTS items_meta_{digest}")  # the value-only index of before
         self.db.execute(
-            f"CREATE INDEX IF NOT EXISTS items_meta_{digest} ON items (json_extract(metadata, {json_path(name)}))"
+            f"CREATE INDEX IF NOT EXISTS items_meta2_{digest} "
+            f"ON items (json_extract(metadata, {path}), json_type(metadata, {path}))"
         )
 
     def transaction(self) -> Transaction:
@@ -216,9 +220,13 @@ class RowStore:
             self.db = None
 
     # reading --------------------------------------------------------------------------------------
-    def count(self, where: str = "1", params: Sequence[Any] = ()) -> int:
+    def count(self, where: str = "1", params: Sequence[Any] = (), upto: int | None = None) -> int:
+        """How many items match, counting no further than ``upto`` (None: all)."""
         assert self.db is not None
-        return self.db.execute(f"SELECT count(*) FROM items WHERE {where}", params).fetchone()[0]
+        if upto is None:
+            return self.db.execute(f"SELECT count(*) FROM items WHERE {where}", params).fetchone()[0]
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM items WHERE {where} LIMIT ?)"
+        return self.db.execute(sql, (*params, upto)).fetchone()[0]
 
     def fields(self) -> set[str]:
         assert self.db is not None
