@@ -19,7 +19,8 @@ time:
   - ``index``: our ``HnswIndex.search`` (the same graph; ratio = our overhead),
   - ``store``: ``EpisodicMemory.search`` with a query vector (index + SQLite row fetch),
   - ``exact``: ``ExactIndex.search`` (a matmul over all N),
-  - ``filtered``: ``EpisodicMemory.search`` with a metadata filter matching ~10% of items,
+  - ``filtered``: ``EpisodicMemory.search`` with a metadata filter matching ~10% of items (and its
+    recall@10 against the exact top 10 among the matching items),
 and the time spent inside hnswlib's ``add_items`` during the adds (the bare library's share).
 
 ``overhead``: the bare hnswlib call, our ``HnswIndex.search`` and ``EpisodicMemory.search`` on the
@@ -29,6 +30,11 @@ warmth hit all three alike: p50/p99 of each and their ratios.
     python benchmarks/memory.py libraries --n 100000 --out benchmarks/results/memory_libraries.json
     nice -n 5 python benchmarks/memory.py scale --sizes 100000 1000000 --out benchmarks/results/memory_scale.json
     nice -n 5 python benchmarks/memory.py overhead --n 50000 --out benchmarks/results/memory_overhead.json
+
+``--cache DIR`` keeps the store in DIR (for example under work/, which git ignores) and reuses it when
+a later run finds it there: a 1M store takes most of an hour to build on a shared 2-core machine, so
+build it once (``scale ... --cache work/memory-bench-1m --build-only`` at low priority) and time
+searches in later runs at normal priority.
 
 The machine is shared: the JSON records the load average before and after each part.
 """
