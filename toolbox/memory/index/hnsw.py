@@ -77,7 +77,7 @@ class HnswIndex(VectorIndex):
         )
         self._vectors = ExactIndex(dim)  # the live ids and their vectors
         self._label: dict[int, int] = {}  # id -> its hnswlib label (a fresh one per insert)
-        self._id: dict[int, int] = {}  # label -> id
+        self._id = np.full(1024, -1, dtype=np.int64)  # label -> id (-1: deleted), one gather per search
         self._next_label = 0
         self._ef = -1  # the ef last given to hnswlib
 
@@ -103,9 +103,12 @@ class HnswIndex(VectorIndex):
         if len(self._vectors) + len(ids) > cap:
             self._index.resize_index(max(len(self._vectors) + len(ids), 2 * cap))
         self._index.add_items(vectors, labels, num_threads=self.threads, replace_deleted=True)
-        for i, label in zip(ids.tolist(), labels.tolist(), strict=True):
-            self._label[i] = label
-            self._id[label] = i
+        if self._next_label > len(self._id):
+            grown = np.full(max(self._next_label, 2 * len(self._id)), -1, dtype=np.int64)
+            grown[: len(self._id)] = self._id
+            self._id = grown
+        self._id[labels] = ids
+        self._label.update(zip(ids.tolist(), labels.tolist(), strict=True))
         self._vectors.add(ids, vectors)
 
     def _drop(self, ids: np.ndarray) -> None:
@@ -113,7 +116,7 @@ class HnswIndex(VectorIndex):
             label = self._label.pop(i, None)
             if label is not None:
                 self._index.mark_deleted(label)
-                del self._id[label]
+                self._id[label] = -1
 
     def remove(self, ids: np.ndarray) -> None:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -148,8 +151,7 @@ class HnswIndex(VectorIndex):
                 )
         except RuntimeError:  # the graph walk found fewer than kk: answer exactly instead
             return self.exact_search(queries, k, self.ids() if allowed is None else allowed)
-        id_of = self._id
-        ids = np.array([[id_of[label] for label in row] for row in labels.tolist()], dtype=np.int64)
+        ids = self._id[labels.astype(np.int64, copy=False)]
         scores = 1.0 - dist  # hnswlib's "ip" distance is 1 - <q, x>
         if kk < k:
             ids = np.pad(ids, ((0, 0), (0, k - kk)), constant_values=-1)
@@ -188,5 +190,6 @@ class HnswIndex(VectorIndex):
         pairs = np.load(folder / "labels.npy")
         index._next_label = int(pairs[0, 0])
         index._label = dict(zip(pairs[1:, 0].tolist(), pairs[1:, 1].tolist(), strict=True))
-        index._id = {label: i for i, label in index._label.items()}
+        index._id = np.full(max(index._next_label, 1024), -1, dtype=np.int64)
+        index._id[pairs[1:, 1]] = pairs[1:, 0]
         return index
