@@ -59,6 +59,10 @@ log = logging.getLogger(__name__)
 def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row sums of the completion tokens' log-probs, and the completion lengths (``[R]`` each)."""
     if isinstance(model, AdapterDisabledReference):  # the policy's own (lean) forward, adapters off
+        base = model.lean_base(batch["input_ids"], batch["attention_mask"])
+        if base is not None:  # the lean forward reads the base alone: no flags toggled
+            with torch.no_grad():
+                return completion_logps(base, batch)
         with model.disabled():
             return completion_logps(model.inner, batch)
     ids, mask = batch["input_ids"], batch["completion_mask"]
@@ -354,7 +358,8 @@ class PreferenceTrainer(BaseTrainer):
 
     def train_step(self) -> dict[str, float]:
         start = time.perf_counter()
-        self.model.train()
+        if not self.model.training:  # a no-op walk over every module otherwise
+            self.model.train()
         loss_total, items, tokens = 0.0, 0, 0
         sums: dict[str, float] = {}
         micro: list[dict[str, float]] = []  # each micro-batch's metrics
