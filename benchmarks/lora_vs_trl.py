@@ -239,7 +239,9 @@ def main(argv: list[str] | None = None) -> dict:
     for task in ("sft", "dpo"):
         ours, theirs = result[f"ours-{task}-lora"], result[f"trl-{task}-lora"]
         # ratios of the median step times (not of the rounded steps/s)
-        result[f"{task}_ratio_steps_per_s"] = round(theirs["sec_per_step_median"] / ours["sec_per_step_median"], 2)
+        result[f"{task}_ratio_steps_per_s"] = round(
+            theirs["sec_per_step_median"] / ours["sec_per_step_median"], 2
+        )
         result[f"{task}_ratio_cpu_steps_per_s"] = round(
             theirs["cpu_sec_per_step_median"] / ours["cpu_sec_per_step_median"], 2
         )
