@@ -5,8 +5,11 @@ The same Llama (random init from one seed, 256 wide, 4 layers, char tokenizer), 
 loss on the completion; right-vs-wrong pairs for DPO, the reference being the policy with its
 adapters disabled in both), batch size, learning rate, constant schedule, fp32 on CPU. Each run is
 its own process (so peak memory is its own); each trainer's optimizer steps are timed from inside
-its loop after a warm-up, the median step counts. Also: our full fine-tuning of the same model, for
-peak memory against LoRA. Prints one JSON object.
+its loop after a warm-up, the median step counts, in wall time and in CPU time of the training
+process (``time.process_time``; with one thread it is what the step computed, so it holds up on a
+machine that other jobs share, where wall time also counts the waits). Also: our full fine-tuning
+of the same model, for peak memory against LoRA. Prints one JSON object, with the 1-minute load
+average before and after each run.
 
     python benchmarks/lora_vs_trl.py [--steps 40] [--warmup 5] [--threads 1]
 """
@@ -17,9 +20,11 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -31,6 +36,31 @@ MODEL = ["model.hidden_size=256", "model.num_layers=4", "model.num_heads=4", "mo
 LORA = {"r": 8, "alpha": 16, "target_modules": "all-linear"}
 BATCH = {"sft": 16, "dpo": 8}
 LR = 1e-4
+
+
+class CpuStepClock(StepClock):
+    """Per-step wall times (as :class:`StepClock`) and CPU times of this process, after the warm-up."""
+
+    def __init__(self, warmup: int) -> None:
+        super().__init__(warmup)
+        self.last_cpu: float | None = None
+        self.cpu_times: list[float] = []
+
+    def step_done(self) -> None:
+        now = time.process_time()
+        if self.last_cpu is not None and self.steps + 1 > self.warmup:
+            self.cpu_times.append(now - self.last_cpu)
+        self.last_cpu = now
+        super().step_done()
+
+    def summary(self) -> dict[str, float]:
+        med = statistics.median(self.cpu_times)
+        return {
+            **super().summary(),
+            "cpu_sec_per_step_median": round(med, 5),
+            "cpu_sec_per_step_mean": round(statistics.mean(self.cpu_times), 5),
+            "cpu_steps_per_s": round(1.0 / med, 2),
+        }
 
 
 def _rss_mb() -> float:
@@ -75,7 +105,7 @@ def run_ours(task: str, steps: int, warmup: int, lora: bool) -> dict:
 
     parts = build(task, steps, lora)
     trainable, total = count_parameters(parts.model)
-    clock = StepClock(warmup)
+    clock = CpuStepClock(warmup)
     rss_built = _rss_mb()
     parts.trainer.bus.subscribe(Event.STEP_END, lambda d: clock.step_done())
     parts.trainer.fit()
@@ -90,7 +120,7 @@ def run_trl(task: str, steps: int, warmup: int) -> dict:
     from toolbox.nn.adapters import count_parameters
 
     parts = build(task, steps, lora=False)  # the same base weights, tokenizer and records
-    clock = StepClock(warmup)
+    clock = CpuStepClock(warmup)
 
     class Clock(TrainerCallback):
         def on_step_end(self, *a, **k):
@@ -189,6 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
         "load_average_1min_before": round(os.getloadavg()[0], 2),
     }
     for name in RUNS:
+        load_before = round(os.getloadavg()[0], 2)
         out = subprocess.run(
             [
                 sys.executable,
@@ -204,9 +235,16 @@ def main(argv: list[str] | None = None) -> dict:
             check=True,
         )
         result[name] = json.loads(out.stdout.strip().splitlines()[-1])
+        result[name]["load_average_1min"] = [load_before, round(os.getloadavg()[0], 2)]
     for task in ("sft", "dpo"):
         ours, theirs = result[f"ours-{task}-lora"], result[f"trl-{task}-lora"]
-        result[f"{task}_ratio_steps_per_s"] = round(ours["steps_per_s"] / theirs["steps_per_s"], 2)
+        # ratios of the median step times (not of the rounded steps/s)
+        result[f"{task}_ratio_steps_per_s"] = round(
+            theirs["sec_per_step_median"] / ours["sec_per_step_median"], 2
+        )
+        result[f"{task}_ratio_cpu_steps_per_s"] = round(
+            theirs["cpu_sec_per_step_median"] / ours["cpu_sec_per_step_median"], 2
+        )
         full = result[f"ours-{task}-full"]
         result[f"{task}_peak_rss_mb_lora_vs_full"] = [ours["peak_rss_mb"], full["peak_rss_mb"]]
         result[f"{task}_training_rss_mb_lora_vs_full"] = [ours["training_rss_mb"], full["training_rss_mb"]]

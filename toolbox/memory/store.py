@@ -14,7 +14,7 @@ the size limit (``toolbox.memory.eviction``), the candidates and ranking of a se
 (``toolbox.memory.ranking``), deduplication (``toolbox.memory.dedupe``), what an add accepts
 (``toolbox.memory.records``) and the metadata filters (``toolbox.memory.filters``).
 
-Why this file is longer than 400 lines: it is the whole public API of one class (open, add,
+Why this file is longer than ~400 lines: it is the whole public API of one class (open, add,
 search, get, update, delete, history, flush, stats, export, close) with its argument docs; every
 method is a short composition of the modules above, and splitting the class would scatter its API.
 """

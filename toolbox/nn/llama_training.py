@@ -1,8 +1,9 @@
 """A leaner training forward for Hugging Face Llama-layout models: the same weights, fewer ops.
 
 It covers Llama, Mistral, Qwen2 (biases on q/k/v) and Qwen3 (RMSNorm on each head's q and k),
-and the same models with LoRA or DoRA adapters (peft): then q, k and v go through the adapted
-projection modules one by one instead of one fused product.
+and the same models with LoRA or DoRA adapters (peft): plain LoRA projections (no DoRA, no
+dropout) are computed from their tensors by :mod:`toolbox.nn.lora_linear` (q, k and v fused
+as for a plain model); others go through the adapted projection modules one by one.
 ``exact`` mode is bitwise transformers' loss and gradients, except Qwen3's q/k-norm weight
 gradients, whose sums over positions reduce in another order (equal within ~1e-8).
 
@@ -14,7 +15,10 @@ model's parameters:
 - q, k and v come from one matrix product (the weights are concatenated in the compute path only:
   the model, its state dict and what it saves keep the Hugging Face layout), and the rotary
   embedding rotates q and k in one go;
-- the rotary tables are built once per length and reused;
+- the rotary tables are built once per length and reused, and the rotation is one ``roll`` with
+  the sign folded into the ``sin`` table (bitwise transformers' ``rotate_half``);
+- activations stay ``[tokens, hidden]`` between attention calls, so each projection is one
+  matrix product without reshapes;
 - right padding needs no mask (causal attention never looks right), so attention takes its fused
   causal path;
 - given ``logits_mask``, the positions whose logits are needed (the completion tokens of an SFT
@@ -30,12 +34,14 @@ falls back to the model's own forward, so the result is always the model's.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolbox.nn.lora_linear import fused_linear, is_computable, linear
 from toolbox.nn.outputs import CausalLMOutput
 
 
@@ -52,10 +58,11 @@ class LlamaTrainingForward:
     def __init__(self, model: nn.Module, exact: bool = False) -> None:
         self.model = model
         self.exact = exact
-        # plain LoRA on q, k and v (no DoRA, no dropout, unmerged): fused like plain projections
-        self.lora = _lora_fusable(model)
-        # one product for q/k/v; other adapted projections go through their modules one by one
-        self.fused = not exact and (self.lora or not _adapted_projections(model))
+        # every projection a plain Linear or plain LoRA (no DoRA, no dropout, unmerged): computed
+        # from their tensors, q/k/v in one product; otherwise (and in exact mode) their modules
+        self.fused = not exact and _computable(model)
+        self.adapters = True  # False: the base alone (see without_adapters)
+        self._base_only: LlamaTrainingForward | None = None
         self.accepts_logits_mask = not exact
         config = model.config
         self.num_heads = config.num_attention_heads
@@ -74,9 +81,15 @@ class LlamaTrainingForward:
         position_ids: Tensor | None = None,
         logits_mask: Tensor | None = None,
     ) -> CausalLMOutput:
-        if not self._covers(input_ids, attention_mask, position_ids) or (
-            logits_mask is not None and not bool(logits_mask.any())
-        ):
+        covered = self._covers(input_ids, attention_mask, position_ids)
+        if not self.adapters:  # the base alone (read without grad): never the adapted model's forward
+            if not covered:
+                raise RuntimeError("without_adapters(): check covers() first; the model would run adapted")
+            if logits_mask is not None and not bool(logits_mask.any()):
+                return CausalLMOutput(
+                    logits=self.model.lm_head.weight.new_zeros((0, self.model.config.vocab_size))
+                )
+        if not covered or (logits_mask is not None and not bool(logits_mask.any())):
             logits = self.model(
                 input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
             ).logits
@@ -85,13 +98,31 @@ class LlamaTrainingForward:
             return CausalLMOutput(logits=self._forward(input_ids, None)[logits_mask])
         return CausalLMOutput(logits=self._forward(input_ids, logits_mask))
 
+    def without_adapters(self) -> LlamaTrainingForward | None:
+        """This forward computing the base model alone, as peft's ``disable_adapter()`` in eval
+        mode would (no dropout, which the lean forward never has), but without switching the
+        model's mode or any adapter flag; ``None`` where its projections are not computed from
+        their tensors (then the caller disables the adapters on the model)."""
+        if not self.fused:
+            return None
+        if self._base_only is None:
+            base = copy.copy(self)  # shares the model and the rotary tables
+            base.adapters = False
+            self._base_only = base
+        return self._base_only
+
+    def covers(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> bool:
+        """Whether a call with these inputs runs the lean forward (not the model's own)."""
+        return self._covers(input_ids, attention_mask, None)
+
     def _covers(self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor | None) -> bool:
         model = self.model
         if position_ids is not None or torch.is_autocast_enabled(input_ids.device.type):
             return False
         if model.lm_head.weight.dtype != torch.float32:  # HF's norms round through float32 differently
             return False
-        if model.training and (model.config.attention_dropout or model.model.gradient_checkpointing):
+        training = model.training and self.adapters  # the base alone is read as in eval mode
+        if training and (model.config.attention_dropout or model.model.gradient_checkpointing):
             return False
         if input_ids.shape[1] > model.config.max_position_embeddings:
             return False
@@ -101,15 +132,18 @@ class LlamaTrainingForward:
         return True
 
     def _rotary_tables(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """``cos`` and ``sin`` of positions ``0..length-1``, computed as transformers computes them."""
+        """``cos`` and ``sin`` of positions ``0..length-1``, computed as transformers computes them,
+        the first half of ``sin`` negated (what :func:`_rope` multiplies the rolled heads by)."""
         key = (length, device, dtype)
         if key not in self._rotary:
             rotary = self.model.model.rotary_emb
             positions = torch.arange(length, device=device)[None]
             with torch.no_grad():
-                self._rotary[key] = rotary(torch.empty((), dtype=dtype, device=device), positions)
-        cos, sin = self._rotary[key]
-        return cos[0], sin[0]
+                cos, sin = rotary(torch.empty((), dtype=dtype, device=device), positions)
+                half = sin.shape[-1] // 2
+                signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+            self._rotary[key] = (cos[0], signed[0])
+        return self._rotary[key]
 
     def _forward(self, input_ids: Tensor, logits_mask: Tensor | None) -> Tensor:
         llama = self.model.model
@@ -131,8 +165,9 @@ class LlamaTrainingForward:
         return self.model.lm_head(x)
 
     def _layer(self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        batch, length, _ = x.shape
+        batch, length, hidden = x.shape
         attn = layer.self_attn
+        x = x.view(batch * length, hidden)
         h = _rms_norm(x, layer.input_layernorm)
         if not self.fused:  # the projection modules themselves (transformers' op order; LoRA layers)
             q, k, v = (
@@ -143,7 +178,7 @@ class LlamaTrainingForward:
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         else:
-            qkv = self._project(attn, ("q_proj", "k_proj", "v_proj"), h).view(
+            qkv = fused_linear((attn.q_proj, attn.k_proj, attn.v_proj), h, self.adapters).view(
                 batch, length, -1, self.head_dim
             )
             q, k, v = qkv.split((self.num_heads, self.num_kv_heads, self.num_kv_heads), dim=2)
@@ -155,28 +190,21 @@ class LlamaTrainingForward:
             v = v.transpose(1, 2)
             q, k = _rope(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling, enable_gqa=self.gqa)
-        x = x + attn.o_proj(o.transpose(1, 2).reshape(batch, length, -1))
-        return x + _mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm))
+        x = self._linear(attn.o_proj, o.transpose(1, 2).reshape(batch * length, -1), x)
+        x = self._mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm), x)
+        return x.view(batch, length, hidden)
 
-    def _project(self, attn: nn.Module, names: tuple[str, ...], h: Tensor) -> Tensor:
-        """Several projections of ``h`` in one product over their concatenated weights (and biases);
-        LoRA projections add their updates, the down-projections of all of them in one product too."""
-        projs = [getattr(attn, n) for n in names]
-        if not self.lora:
-            bias = torch.cat([p.bias for p in projs]) if self.qkv_bias else None
-            return F.linear(h, torch.cat([p.weight for p in projs]), bias)
-        base = [p.base_layer for p in projs]
-        bias = torch.cat([b.bias for b in base]) if self.qkv_bias else None
-        out = F.linear(h, torch.cat([b.weight for b in base]), bias)
-        if projs[0].disable_adapters:  # inside peft's disable_adapter(): the base model alone
-            return out
-        name = projs[0].active_adapters[0]
-        down = F.linear(h, torch.cat([p.lora_A[name].weight for p in projs]))  # [..., sum of ranks]
-        ups = [
-            F.linear(a, p.lora_B[name].weight) * p.scaling[name]
-            for p, a in zip(projs, down.split([p.r[name] for p in projs], dim=-1), strict=True)
-        ]
-        return out + torch.cat(ups, dim=-1)
+    def _linear(self, proj: nn.Module, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """``proj(x)`` (+ ``residual``): from its tensors when fused, else the module itself."""
+        if self.fused:
+            return linear(proj, x, residual, self.adapters)
+        return proj(x) if residual is None else residual + proj(x)
+
+    def _mlp(self, mlp: nn.Module, x: Tensor, residual: Tensor) -> Tensor:
+        # (one gate/up product over concatenated weights measured no faster here)
+        return self._linear(
+            mlp.down_proj, F.silu(self._linear(mlp.gate_proj, x)) * self._linear(mlp.up_proj, x), residual
+        )
 
     def _head_norms(self, attn: nn.Module, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Qwen3's RMSNorm over each head of q and k (``[batch, length, heads, head_dim]``)."""
@@ -202,11 +230,13 @@ class LlamaTrainingForward:
         rows = (slots + torch.arange(batch, device=x.device)[:, None] * length).flatten()
         h = _rms_norm(x, layer.input_layernorm).flatten(0, 1)  # [batch * length, hidden]
         if self.fused:
-            kv = self._project(attn, ("k_proj", "v_proj"), h).view(batch, length, -1, self.head_dim)
+            kv = fused_linear((attn.k_proj, attn.v_proj), h, self.adapters).view(
+                batch, length, -1, self.head_dim
+            )
             k, v = kv.split((self.num_kv_heads, self.num_kv_heads), dim=2)
         else:
             k, v = (proj(h).view(batch, length, -1, self.head_dim) for proj in (attn.k_proj, attn.v_proj))
-        q = attn.q_proj(h.index_select(0, rows)).view(batch, width, -1, self.head_dim)
+        q = self._linear(attn.q_proj, h.index_select(0, rows)).view(batch, width, -1, self.head_dim)
         q, k = self._head_norms(attn, q, k)
         k, v = _rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
         q = _rope(q.transpose(1, 2), F.embedding(slots, cos)[:, None], F.embedding(slots, sin)[:, None])
@@ -216,8 +246,8 @@ class LlamaTrainingForward:
         )
         o = o.transpose(1, 2).reshape(batch * width, -1).index_select(0, valid)
         kept = keep.flatten().nonzero().squeeze(1)  # the same tokens, in the same (row-major) order
-        x = x.flatten(0, 1).index_select(0, kept) + attn.o_proj(o)
-        return x + _mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm))
+        x = self._linear(attn.o_proj, o, x.flatten(0, 1).index_select(0, kept))
+        return self._mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm), x)
 
 
 def training_forward(model: Any, exact: bool = False) -> LlamaTrainingForward | None:
@@ -267,43 +297,25 @@ def _rms_norm(x: Tensor, norm: nn.Module) -> Tensor:
     return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding as transformers applies it (the two halves of each head rotated)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+def _rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    """Rotary embedding as transformers applies it, ``x * cos + rotate_half(x) * sin``, bitwise:
+    ``rotate_half(x)`` is ``cat(-x2, x1)``, and ``-x2 * sin`` is exactly ``x2 * -sin``, so the
+    halves are swapped by one ``roll`` and the sign comes with ``signed_sin``."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
-def _mlp(mlp: nn.Module, x: Tensor) -> Tensor:
-    # (one gate/up product over concatenated weights measured no faster here)
-    return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP = ("gate_proj", "up_proj", "down_proj")
 
 
-_QKV = ("q_proj", "k_proj", "v_proj")
-
-
-def _adapted_projections(model: nn.Module) -> bool:
-    """Whether the attention projections carry peft adapters (then ``.weight`` is the base's only)."""
-    attn = model.model.layers[0].self_attn
-    return any(hasattr(getattr(attn, n), "base_layer") for n in _QKV)
-
-
-def _lora_fusable(model: nn.Module) -> bool:
-    """Plain LoRA on q, k and v of every layer: one active adapter, no DoRA, no dropout, not merged."""
+def _computable(model: nn.Module) -> bool:
+    """Whether every projection of every layer is a plain Linear or a plain LoRA linear (then
+    :mod:`toolbox.nn.lora_linear` computes them), all of q, k and v of the same kind."""
     for layer in model.model.layers:
-        for name in _QKV:
-            proj = getattr(layer.self_attn, name)
-            if (
-                not hasattr(proj, "lora_A")
-                or getattr(proj, "merged", False)
-                or getattr(proj, "disable_adapters", False)
-            ):
-                return False
-            active = list(getattr(proj, "active_adapters", []))
-            if len(active) != 1 or active[0] not in proj.lora_A:
-                return False
-            adapter = active[0]
-            if proj.use_dora.get(adapter, False) or not isinstance(proj.lora_dropout[adapter], nn.Identity):
-                return False
-            if getattr(proj, "lora_bias", {}).get(adapter, False):
-                return False
+        attn, mlp = layer.self_attn, layer.mlp
+        modules = [getattr(attn, n) for n in _PROJECTIONS] + [getattr(mlp, n) for n in _MLP]
+        if not all(is_computable(m) for m in modules):
+            return False
+        if len({type(m) is nn.Linear for m in modules[:3]}) != 1:  # q/k/v: all adapted or none
+            return False
     return True

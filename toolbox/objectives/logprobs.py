@@ -55,6 +55,10 @@ def token_logprobs(
 def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[Tensor, Tensor]:
     """Per-row sums of the completion tokens' log-probs, and the completion lengths (``[R]`` each)."""
     if isinstance(model, AdapterDisabledReference):  # the policy's own (lean) forward, adapters off
+        base = model.lean_base(batch["input_ids"], batch["attention_mask"])
+        if base is not None:  # the lean forward reads the base alone: no flags toggled
+            with torch.no_grad():
+                return completion_logps(base, batch)
         with model.disabled():
             return completion_logps(model.inner, batch)
     ids, mask = batch["input_ids"], batch["completion_mask"]

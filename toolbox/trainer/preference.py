@@ -296,7 +296,8 @@ class PreferenceTrainer(BaseTrainer):
 
     def train_step(self) -> dict[str, float]:
         start = time.perf_counter()
-        self.model.train()
+        if not self.model.training:  # a no-op walk over every module otherwise
+            self.model.train()
         loss_total, items, tokens = 0.0, 0, 0
         sums: dict[str, float] = {}
         micro: list[dict[str, float]] = []  # each micro-batch's metrics
