@@ -117,6 +117,17 @@ def test_gcn_trains_on_sampled_mini_batches_and_evaluates_on_the_full_graph(stan
     assert metrics["eval/test_accuracy"] > 0.6  # three blocks: chance is 1/3
 
 
+def test_sampling_refuses_a_gcn_that_caches_its_adjacency(stand_in) -> None:
+    from toolbox.core.registries import MODELS
+
+    batch = COLLATORS.build({"name": "graph"})([node_graph()])
+    conv = {"name": "graph_conv/gcn", "cached": True}
+    model = MODELS.build({"name": "gnn", "conv": conv}, "model", in_dim=4, num_classes=3)
+    objective = OBJECTIVES.build({"name": "node_classification", "num_neighbors": [3]})
+    with pytest.raises(ConfigError, match="caches its normalised adjacency"):
+        objective(model, batch)
+
+
 @pytest.mark.skipif(not HAS_BACKEND, reason="neither pyg-lib nor torch-sparse is installed")
 def test_the_real_backend_samples_at_most_num_neighbors_per_node() -> None:
     graph = node_graph()

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from toolbox.core.errors import DataError
+from toolbox.core.errors import ConfigError, DataError
 from toolbox.core.registries import OBJECTIVES
 from toolbox.objectives.base import GraphObjective, LossOutput
 
@@ -84,6 +84,7 @@ class NodeClassification(_Classification):
     ) -> None:
         super().__init__(label_smoothing)
         self.sampling = None
+        self._checked = False
         if num_neighbors is not None:
             from toolbox.data.neighbor_sampling import NeighborSampling
 
@@ -91,6 +92,15 @@ class NodeClassification(_Classification):
 
     def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
         if self.sampling is not None:
+            if not self._checked:  # once: a cached adjacency would be the first subgraph's forever
+                cached = [type(m).__name__ for m in model.modules() if getattr(m, "cached", False)]
+                if cached:
+                    raise ConfigError(
+                        f"objective.num_neighbors: the model's {cached[0]} caches its normalised adjacency "
+                        "(cached: true), but every sampled subgraph is another graph; drop cached from "
+                        "the conv spec (model.conv=graph_conv/gcn)."
+                    )
+                self._checked = True
             batch = self.sampling(batch)
         return super().__call__(model, batch)
 
