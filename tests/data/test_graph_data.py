@@ -141,3 +141,19 @@ def test_prepared_graphs_round_trip_and_store_a_shared_graph_once(tmp_path) -> N
         assert torch.equal(back.test[0][key], splits.test[0][key])
     one_graph = sum(t.numel() * t.element_size() for _, t in splits.train[0])
     assert (tmp_path / "data" / "graphs.pt").stat().st_size < 1.2 * one_graph
+
+
+def test_sparse_features_store_x_as_coo_after_the_transforms_and_survive_the_data_file(tmp_path) -> None:
+    from toolbox.data.base import Splits
+    from toolbox.data.graphs import load_graphs, save_graphs
+
+    g = SOURCES.build({"name": "sbm", "block_size": 20, "in_dim": 8}).train[0]
+    g.x = g.x * (g.x > 0.5)  # mostly zeros, like bag-of-words
+    factory = DATASETS.build({"name": "graphs", "transforms": ["NormalizeFeatures"], "sparse_features": True})
+    out = factory([g])[0]
+    expected = DATASETS.build({"name": "graphs", "transforms": ["NormalizeFeatures"]})([g])[0].x
+    assert out.x.layout == torch.sparse_coo and out.x.is_coalesced() and not g.x.is_sparse
+    assert torch.equal(out.x.to_dense(), expected)  # normalised first, then stored sparse
+    save_graphs(tmp_path / "graphs.pt", Splits([out], [out], {}))
+    back = load_graphs(tmp_path / "graphs.pt")[0][0]
+    assert back.x.is_sparse and torch.equal(back.x.to_dense(), expected)

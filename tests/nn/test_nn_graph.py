@@ -89,3 +89,60 @@ def test_save_pretrained_and_the_pretrained_model_rebuild_it(tmp_path) -> None:
     loaded = MODELS.build({"name": "pretrained", "path": str(tmp_path / "model")}, "model").eval()
     assert type(loaded).__name__ == "GNN" and loaded.settings == model.settings
     torch.testing.assert_close(loaded(features(), EDGES), model(features(), EDGES))
+
+
+def sparse_rows(n: int = 40, d: int = 30) -> torch.Tensor:
+    """Bag-of-words-like features: about a tenth of the entries non-zero."""
+    g = torch.Generator().manual_seed(1)
+    return torch.rand(n, d, generator=g) * (torch.rand(n, d, generator=g) < 0.1)
+
+
+def ring(n: int) -> torch.Tensor:
+    i = torch.arange(n)
+    return torch.stack([torch.cat([i, (i + 1) % n]), torch.cat([(i + 1) % n, i])])
+
+
+@pytest.mark.parametrize("conv", ["graph_conv/gcn", {"name": "graph_conv/gat", "heads": 2}])
+def test_sparse_features_give_the_dense_logits_and_gradients(conv) -> None:
+    """data.dataset.sparse_features: the same model on COO features computes what it does on dense ones."""
+    x, edges = sparse_rows(), ring(40)
+    torch.manual_seed(0)
+    model = MODELS.build(
+        {
+            "name": "gnn",
+            "in_dim": 30,
+            "num_classes": 3,
+            "conv": conv,
+            "out_conv": "graph_conv/gcn",
+            "hidden_dims": [8],
+        }
+    )
+    model.eval()
+    dense = model(x, edges)
+    dense.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    sparse = model(x.to_sparse_coo().coalesce(), edges)
+    sparse.square().sum().backward()
+    assert torch.allclose(sparse, dense, atol=1e-6)
+    for g, p in zip(grads, model.parameters(), strict=True):
+        assert torch.allclose(p.grad, g, atol=1e-5)
+
+
+def test_sparse_dropout_drops_stored_entries_at_the_rate_and_keeps_zeros() -> None:
+    x = sparse_rows(400, 50)
+    model = MODELS.build({"name": "gnn", "in_dim": 50, "num_classes": 2, "dropout": 0.5})
+    model.train()
+    torch.manual_seed(0)
+    out = model._drop(x.to_sparse_coo().coalesce()).to_dense()
+    nonzero = x != 0
+    assert not out[~nonzero].any()  # a zero stays zero
+    kept = out[nonzero] != 0
+    assert abs(kept.float().mean().item() - 0.5) < 0.03  # ~1000 entries: within 2 sigma of p
+    assert torch.allclose(out[nonzero][kept], 2 * x[nonzero][kept])  # survivors scaled by 1 / (1 - p)
+
+
+def test_sparse_features_refuse_a_convolution_that_aggregates_them_first() -> None:
+    model = MODELS.build({"name": "gnn", "in_dim": 30, "num_classes": 3, "conv": "graph_conv/sage"})
+    with pytest.raises(ConfigError, match="sparse_features=false"):
+        model(sparse_rows().to_sparse_coo(), ring(40))

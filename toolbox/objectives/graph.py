@@ -13,9 +13,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from toolbox.core.errors import DataError
+from toolbox.core.errors import ConfigError, DataError
 from toolbox.core.registries import OBJECTIVES
-from toolbox.objectives.base import GraphObjective
+from toolbox.objectives.base import GraphObjective, LossOutput
 
 
 def _mask(batch: dict[str, Any], key: str, what: str) -> torch.Tensor:
@@ -64,11 +64,45 @@ class NodeClassification(_Classification):
     """Cross entropy over the nodes of a split (the split's node mask), from
     ``model(x, edge_index)`` logits per node (``gnn`` with ``task: node``).
 
+    Full-batch by default (each step scores every training node). With ``num_neighbors`` each
+    training step is a neighbour-sampled mini-batch (``toolbox.data.neighbor_sampling``, PyG's
+    ``NeighborLoader``): ``seed_nodes`` random training nodes and their sampled neighbourhoods,
+    the loss over the seeds; evaluation stays full-graph. Sampling needs ``pyg-lib`` or
+    ``torch-sparse``; without either, building the objective fails naming them.
+
     Args:
         label_smoothing: mass moved uniformly over the classes (0 = plain cross entropy).
+        num_neighbors: neighbours sampled per node at each hop (``[25, 10]``; -1 takes all);
+            None trains full-batch.
+        seed_nodes: training nodes per sampled mini-batch.
     """
 
     what = "node classification"
+
+    def __init__(
+        self, label_smoothing: float = 0.0, num_neighbors: list[int] | None = None, seed_nodes: int = 512
+    ) -> None:
+        super().__init__(label_smoothing)
+        self.sampling = None
+        self._checked = False
+        if num_neighbors is not None:
+            from toolbox.data.neighbor_sampling import NeighborSampling
+
+            self.sampling = NeighborSampling(list(num_neighbors), seed_nodes)
+
+    def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
+        if self.sampling is not None:
+            if not self._checked:  # once: a cached adjacency would be the first subgraph's forever
+                cached = [type(m).__name__ for m in model.modules() if getattr(m, "cached", False)]
+                if cached:
+                    raise ConfigError(
+                        f"objective.num_neighbors: the model's {cached[0]} caches its normalised adjacency "
+                        "(cached: true), but every sampled subgraph is another graph; drop cached from "
+                        "the conv spec (model.conv=graph_conv/gcn)."
+                    )
+                self._checked = True
+            batch = self.sampling(batch)
+        return super().__call__(model, batch)
 
     def logits(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
         return model(batch["x"], batch["edge_index"])

@@ -31,6 +31,12 @@ class Graphs(DatasetFactory):
             ``edge_label`` and masks ``train_label_mask``/``val_label_mask``/``test_label_mask``
             (the training pairs are positives; the objective samples their negatives each step).
         seed: seed of the link split (the same graph always splits the same way).
+        sparse_features: store the node features ``x`` as a coalesced ``torch.sparse_coo`` tensor
+            (after the transforms). Bag-of-words features (Planetoid: 1.3 % non-zero) then cost a
+            sparse product in the first convolution and dropout over the non-zeros only (``gnn``):
+            the same model and the same distribution of dropout masks (a zero stays zero whether
+            dropped or not), several times faster per step. Only for convolutions that begin with
+            a linear map of ``x`` (``graph_conv/gcn``, ``graph_conv/gat``).
     """
 
     def __init__(
@@ -38,6 +44,7 @@ class Graphs(DatasetFactory):
         transforms: list[str | dict[str, Any]] = [],  # noqa: B006 - a config default, never mutated
         link_split: dict[str, float] | None = None,
         seed: int = 0,
+        sparse_features: bool = False,
     ) -> None:
         self.transforms = [_transform(t, i) for i, t in enumerate(transforms)]
         if link_split is not None:
@@ -48,6 +55,7 @@ class Graphs(DatasetFactory):
                 )
         self.link_split = link_split
         self.seed = seed
+        self.sparse_features = sparse_features
 
     def __call__(self, records: Sequence[Any]) -> list[Any]:
         out = []
@@ -62,6 +70,8 @@ class Graphs(DatasetFactory):
                 graph = t(graph)
             if self.link_split is not None:
                 graph = self._split_links(graph)
+            if self.sparse_features and getattr(graph, "x", None) is not None and not graph.x.is_sparse:
+                graph.x = graph.x.to_sparse_coo().coalesce()
             out.append(graph)
         return out
 

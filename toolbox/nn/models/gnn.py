@@ -14,6 +14,7 @@ for node, edge (link) or graph tasks.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import torch
@@ -25,6 +26,8 @@ from toolbox.nn.layer_spec import build_layer, config_path
 from toolbox.nn.models.saved import SavedModel
 
 POOLS = ("mean", "add", "max")
+# convolutions whose first operation is a linear map of x, so they take sparse COO features
+SPARSE_INPUT = ("GCNConv", "GATConv")
 
 
 @MODELS.register("gnn")
@@ -129,12 +132,36 @@ class GNN(SavedModel, nn.Module):
             )
         self.pool = pool
 
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        """Dropout; of sparse features (``data.dataset.sparse_features``) over the stored non-zeros
+        only, which gives the distribution of dense dropout (a zero stays zero either way). Sparse
+        features leave as CSR, whose product with the first layer's weight is the fast one."""
+        if not x.is_sparse:
+            return self.dropout(x)
+        with warnings.catch_warnings():  # "sparse CSR support is in beta", once per process
+            warnings.simplefilter("ignore", UserWarning)
+            x = (x if x.is_coalesced() else x.coalesce()).to_sparse_csr()
+        if not self.training or isinstance(self.dropout, nn.Identity):
+            return x
+        values = self.dropout(x.values())
+        return torch.sparse_csr_tensor(
+            x.crow_indices(), x.col_indices(), values, x.shape, check_invariants=False
+        )
+
     def encode(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         """Node embeddings after the hidden convolutions (and the last one, for node and edge tasks)."""
+        if x.is_sparse:
+            first = self.convs[0] if len(self.convs) else self.out_conv
+            if type(first).__name__ not in SPARSE_INPUT:
+                raise ConfigError(
+                    f"data.dataset.sparse_features: the first convolution ({type(first).__name__}) does "
+                    f"not take sparse node features (only {', '.join(SPARSE_INPUT)} do); set "
+                    "data.dataset.sparse_features=false."
+                )
         for conv, norm, act in zip(self.convs, self.norms, self.acts, strict=True):
-            x = act(norm(conv(self.dropout(x), edge_index)))
+            x = act(norm(conv(self._drop(x), edge_index)))
         if self.out_conv is not None:
-            x = self.out_conv(self.dropout(x), edge_index)
+            x = self.out_conv(self._drop(x), edge_index)
         return x
 
     def forward(
