@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolbox.tracing import codec
+import toolbox.tracing.codec as codec
 from toolbox.tracing.dedupe import Deduper
 from toolbox.tracing.filters import RecordFilter, TraceIndex
 from toolbox.tracing.record import TraceError

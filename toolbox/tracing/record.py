@@ -49,8 +49,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import toolbox.tracing.codec as codec
 from toolbox.core.errors import ToolboxError
-from toolbox.tracing import codec
 
 SCHEMA_VERSION = 1
 KINDS = ("llm_call", "tool_call", "agent", "decision", "env_step", "custom")
