@@ -88,10 +88,10 @@ def test_snakemake_report_and_dvc_plots_render_offline(tmp_path: Path, browser) 
     charts = page.locator("svg.marks, canvas.marks").count()
     shot = page.screenshot(path=str(tmp_path / "dvc_plots.png"), full_page=True)
     print("screenshot:", tmp_path / "dvc_plots.png")
-    text = page.evaluate("document.body.textContent")  # chart titles are SVG text
-    assert charts >= 3, charts
+    assert charts >= 3, charts  # vega drew each plot (its titles are drawn, not DOM text)
+    source = html.read_text()
     for title in ("train-loss", "eval-loss", "eval-token_accuracy"):
-        assert f"{TINY_RUN}-{title}" in text, text[:500]
+        assert f"{TINY_RUN}-{title}" in source
     assert _colours(shot) > 50
     assert requests == []
     page.close()
