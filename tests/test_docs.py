@@ -16,11 +16,16 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 
-def _gen():
-    spec = importlib.util.spec_from_file_location("gen_pages", DOCS / "gen_pages.py")
+def _docs_module(name: str):
+    """A module of docs/ (not a package: MkDocs loads them by path), loaded the same way."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _gen():
+    return _docs_module("gen_pages")
 
 
 def test_catalog_and_cli_pages_name_every_component_and_command():
@@ -182,10 +187,7 @@ def test_charts_are_found_from_the_files_shape(tmp_path):
 
 
 def _rest():
-    spec = importlib.util.spec_from_file_location("rest_docstrings", DOCS / "rest_docstrings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _docs_module("rest_docstrings")
 
 
 def test_rest_literal_blocks_become_fenced_code():
