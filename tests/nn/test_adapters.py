@@ -1,6 +1,6 @@
 """LoRA/DoRA through peft: only the adapter trains and is checkpointed, resume is bitwise, the
 preference reference is the policy with adapters disabled (no copy), GRPO's engine follows the
-merged weights, the exported adapter and merged model load and serve, QLoRA fails clearly here."""
+merged weights, the exported adapter and merged model load and serve (QLoRA: test_qlora.py)."""
 
 from __future__ import annotations
 
@@ -192,8 +192,10 @@ def test_merge_on_export_false_needs_a_saved_base(tiny_overrides, tmp_path):
         parts.trainer.fit()
 
 
-def test_qlora_names_what_is_missing(tiny_overrides):
-    with pytest.raises(ConfigError, match="QLoRA.*needs .*(bitsandbytes|CUDA GPU)"):
+def test_qlora_needs_a_quantized_base(tiny_overrides):
+    """peft=qlora on a model built from config (not loaded quantized): the error names the fix."""
+    pytest.importorskip("bitsandbytes")
+    with pytest.raises(ConfigError, match="model.quantization=4bit"):
         _build([*tiny_overrides, "peft=qlora"])
 
 

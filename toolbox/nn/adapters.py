@@ -14,8 +14,12 @@ strategy and trainer see only the adapter's parameters as trainable. What change
 - the engines serve a merged folder as any model, and a folder holding an adapter as base +
   adapter (the torch engine merges it, the HF engine keeps the adapter, vLLM gets a LoRA request).
 
-QLoRA (``quantize=4bit``) needs ``bitsandbytes`` and a CUDA GPU; without them it fails before
-anything is built, naming what is missing.
+QLoRA (``quantize=4bit`` or ``8bit``) needs ``bitsandbytes`` (0.48 or later runs its 4-bit and
+8-bit layers on the CPU too; earlier versions need a CUDA GPU); without it the run fails before
+anything is built, naming what is missing. A quantized base is merged in the precision it was
+trained against: its weights dequantized, the adapter's update added, saved as plain float weights
+(:func:`merged_state_dict`), so the exported model computes what the adapted one did and every
+engine serves it.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ class LoRA:
         modules_to_save: modules trained in full and saved with the adapter (e.g. ``[lm_head]``).
         use_dora: weight-decomposed LoRA (DoRA, Liu et al. 2024).
         bias: which biases to train: none, all or lora_only.
-        quantize: null, 4bit or 8bit: load the frozen base quantized (QLoRA; bitsandbytes + CUDA).
+        quantize: null, 4bit or 8bit: load the frozen base quantized (QLoRA; bitsandbytes).
         merge_on_export: write the merged model to ``<run>/model`` (true) or only the adapter (false).
     """
 
@@ -147,19 +151,38 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
 
 
 def check_quantization_available(quantize: str) -> None:
-    """QLoRA needs bitsandbytes and a CUDA device: say which is missing, before anything is built."""
+    """QLoRA needs bitsandbytes, and a CUDA device where its version has no CPU layers: say which is
+    missing, before anything is built."""
+    import importlib.metadata
     import importlib.util
 
-    missing = []
     if importlib.util.find_spec("bitsandbytes") is None:
-        missing.append("the bitsandbytes package (pip install bitsandbytes)")
-    if not torch.cuda.is_available():
-        missing.append("a CUDA GPU")
-    if missing:
         raise ConfigError(
-            f"peft.quantize={quantize} (QLoRA) needs {' and '.join(missing)}; on this machine train "
-            "LoRA on the unquantized model (peft=lora) instead."
+            f"peft.quantize={quantize} (QLoRA) needs the bitsandbytes package (pip install "
+            "'bitsandbytes>=0.48'); without it train LoRA on the unquantized model (peft=lora)."
         )
+    version = importlib.metadata.version("bitsandbytes")
+    if not torch.cuda.is_available() and _version_tuple(version) < (0, 48):
+        raise ConfigError(
+            f"peft.quantize={quantize} (QLoRA): bitsandbytes {version} has no CPU layers and this "
+            "machine has no CUDA GPU; pip install 'bitsandbytes>=0.48' (CPU support), or train "
+            "LoRA on the unquantized model (peft=lora)."
+        )
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def is_quantized(model: nn.Module) -> bool:
+    """Whether the (adapted) model's base was loaded quantized by bitsandbytes."""
+    model = getattr(model, "module", model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False))
 
 
 def adapter_state_dict(model: nn.Module, full_state: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +195,9 @@ def adapter_state_dict(model: nn.Module, full_state: dict[str, Any]) -> dict[str
 
 def with_base_weights(model: nn.Module, adapter_state: dict[str, Any]) -> dict[str, Any]:
     """A full state dict: the model's own (base) tensors, with the checkpoint's adapter tensors."""
-    full = dict(getattr(model, "module", model).state_dict())
+    # a quantized base's state dict carries its quantization statistics, which load_state_dict
+    # refuses as unexpected: they stay as loaded (the base is frozen), only its tensors go back
+    full = {k: v for k, v in getattr(model, "module", model).state_dict().items() if not _is_quant_state(k)}
     unknown = sorted(set(adapter_state) - set(full))
     if unknown:
         raise ConfigError(
@@ -226,15 +251,30 @@ class AdapterDisabledReference(nn.Module):
 
 
 def merged_copy(model: nn.Module) -> nn.Module:
-    """A plain model with the adapter merged into the base weights (the adapted model is untouched)."""
+    """A plain model with the adapter merged into the base weights (the adapted model is untouched);
+    a quantized base comes back dequantized, in float32."""
     model = getattr(model, "module", model)
-    return copy.deepcopy(model).merge_and_unload()
+    if not is_quantized(model):
+        return copy.deepcopy(model).merge_and_unload()
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.get_base_model().config)
+    for attr in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(config, attr):
+            delattr(config, attr)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(merged_state_dict(model), strict=True)
+    return plain
 
 
 def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The base model's state dict with the adapter's update merged in, computed without a copy:
-    merge, read, unmerge (what an engine serving the policy needs after each update)."""
+    merge, read, unmerge (what an engine serving the policy needs after each update). For a
+    quantized base: its weights dequantized plus the adapter's update (peft's own merge would
+    quantize the sum again), in float32."""
     model = getattr(model, "module", model)
+    if is_quantized(model):
+        return _dequantized_merged_state(model)
     with torch.no_grad():
         model.merge_adapter()
         try:
@@ -243,11 +283,55 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             for name, tensor in base.state_dict().items():
                 if "lora_" in name or "modules_to_save" in name:
                     continue
-                clean = name.replace(".base_layer", "").replace(".original_module", "")
-                state[clean] = tensor.detach().clone()
+                state[_plain_name(name)] = tensor.detach().clone()
         finally:
             model.unmerge_adapter()
     return state
+
+
+def _plain_name(name: str) -> str:
+    return name.replace(".base_layer", "").replace(".original_module", "")
+
+
+def _dequantized_merged_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    import bitsandbytes as bnb
+    from peft.tuners.lora import LoraLayer
+    from peft.utils.integrations import dequantize_bnb_weight
+
+    base = model.get_base_model()
+    state: dict[str, torch.Tensor] = {}
+    quantized: set[str] = set()
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if isinstance(module, (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)):
+                key = _plain_name(name)
+                state[f"{key}.weight"] = dequantize_bnb_weight(
+                    module.weight, getattr(module, "state", None)
+                ).float()
+                if module.bias is not None:
+                    state[f"{key}.bias"] = module.bias.detach().float().clone()
+                quantized.add(name)
+        for name, module in base.named_modules():
+            if isinstance(module, LoraLayer):
+                key = f"{_plain_name(name)}.weight"
+                for adapter in module.active_adapters:
+                    if adapter in module.lora_A:
+                        state[key] = state[key] + module.get_delta_weight(adapter).float()
+        for name, tensor in base.state_dict().items():
+            key = _plain_name(name)
+            owner = name.rsplit(".", 1)[0]
+            if "lora_" in name or "modules_to_save" in name or key in state:
+                continue
+            if owner in quantized or owner.replace(".weight", "") in quantized or _is_quant_state(name):
+                continue
+            state[key] = tensor.detach().float().clone()
+    return state
+
+
+def _is_quant_state(name: str) -> bool:
+    return any(
+        tag in name for tag in (".absmax", ".quant_map", ".quant_state", ".nested_", ".SCB", ".weight_format")
+    )
 
 
 def export_adapted(model: nn.Module, tokenizer: Any, run_dir: Path, export_dir: str, merge: bool) -> None:

@@ -9,7 +9,7 @@ way (for a plain ``nn.Linear`` neither: it computes exactly as its module). Seve
 every ``lora_A``; their ``lora_B`` form one block-diagonal matrix, so one more product adds all
 updates. The sums are the same as peft's, reassociated: equal up to float rounding.
 
-"Plain" is one active adapter, no DoRA, no dropout (an identity; with dropout peft draws a mask),
+"Plain" is one active adapter over an unquantized ``nn.Linear``, no DoRA, no dropout (an identity; with dropout peft draws a mask),
 no LoRA bias, not merged. Inside peft's ``disable_adapter()``, or with ``adapters=False`` (how the
 preference reference reads the base without toggling peft's flags on every layer), only the base
 is computed.
@@ -26,7 +26,8 @@ from torch import Tensor, nn
 
 def is_plain_lora(module: nn.Module) -> bool:
     """Whether ``module`` is a peft LoRA ``Linear`` whose forward is base + scaling * B(A(x))."""
-    if not hasattr(module, "lora_A") or not isinstance(getattr(module, "base_layer", None), nn.Linear):
+    # exactly nn.Linear: bitsandbytes' quantized layers subclass it but hold packed weights
+    if not hasattr(module, "lora_A") or type(getattr(module, "base_layer", None)) is not nn.Linear:
         return False
     if getattr(module, "merged", False) or getattr(module, "disable_adapters", False):
         return False

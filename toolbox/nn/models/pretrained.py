@@ -25,8 +25,9 @@ def pretrained(
     Args:
         path: a local directory holding ``config.json`` and the weights, or a hub model id.
         dtype: dtype of the loaded weights; ``auto`` keeps the dtype they were saved in.
-        quantization: null, 4bit (NF4, bfloat16 compute) or 8bit: load the weights quantized with
-            bitsandbytes, for QLoRA (``peft=qlora``); needs bitsandbytes and a CUDA GPU.
+        quantization: null, 4bit (NF4, computing in ``dtype``: bfloat16 where ``dtype`` is
+            float32 on a GPU) or 8bit: load the weights quantized with bitsandbytes, for QLoRA
+            (``peft=qlora``); on the GPU when CUDA is present, else on the CPU (bitsandbytes >= 0.48).
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -48,15 +49,17 @@ def pretrained(
         from toolbox.nn.adapters import check_quantization_available
 
         check_quantization_available(quantization)
+        cuda = torch.cuda.is_available()
+        compute = torch.bfloat16 if cuda and dtype in ("float32", "auto") else torch_dtype
         extra["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=quantization == "4bit",
             load_in_8bit=quantization == "8bit",
             bnb_4bit_quant_type="nf4",
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=compute if compute != "auto" else torch.bfloat16,
         )
-        extra["device_map"] = {"": 0}
+        extra["device_map"] = {"": 0} if cuda else "cpu"
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **extra)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **extra)
     except (OSError, ValueError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if Path(path).expanduser().is_dir():
@@ -71,3 +74,16 @@ def pretrained(
             f"at a local directory holding a saved model (config.json and weights, as written by "
             f"save_pretrained)."
         ) from e
+    if quantization is not None:
+        _keep_cpu_4bit_weights(model)
+    return model
+
+
+def _keep_cpu_4bit_weights(model: nn.Module) -> None:
+    """Turn off bitsandbytes' CPU inference repacking of 4-bit weights: on a CPU with AVX512-BF16
+    its first no-grad eval forward rewrites each layer's weights into a packed layout with bfloat16
+    block scales, a lossy change (logits move by ~1e-3) that would make the frozen base differ
+    between a run that evaluated and one that did not, and break bitwise resume."""
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
