@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_adapters import GRPO
 
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
@@ -124,14 +125,7 @@ def test_qlora_grpo_engine_follows_the_dequantized_merge(base_dir, tmp_path):
         base_dir,
         tmp_path,
         "grpo",
-        "trainer=grpo",
-        "objective=grpo",
-        "data.dataset.name=prompt_only",
-        "data.dataset.max_length=16",
-        "eval=none",
-        "trainer.prompts_per_step=2",
-        "trainer.num_generations=2",
-        "trainer.max_completion_length=3",
+        *GRPO,
         "trainer.max_steps=1",
         batch=False,
     )
