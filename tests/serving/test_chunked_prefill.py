@@ -170,6 +170,26 @@ def test_running_stream_gets_tokens_between_the_chunks(engine_for, monkeypatch):
         pytest.fail(f"the chunked gap was never below 0.4x the unchunked one: {outcomes}")
 
 
+def test_a_short_request_behind_a_long_prompt_does_not_wait_for_its_prefill(engine_for, monkeypatch):
+    """A short request arrives at the long prompt's 3rd of 47 chunks: it is prefilled beside the next
+    chunk and has finished (its solo tokens) long before the long prompt's last chunk."""
+    engine = engine_for(prefill_chunk_tokens=64, max_batch_size=4)
+    solo = engine.generate(["12+34="], greedy(3))[0].completions[0].token_ids
+    original = engine.runner.prefill_at
+    short, done = [], []
+
+    def spy(slot, tokens, start):
+        if len(done) == 2:
+            short.append(engine.submit("12+34=", greedy(3), stream=False))
+        done.append(bool(short) and short[0].done)
+        return original(slot, tokens, start)
+
+    monkeypatch.setattr(engine.runner, "prefill_at", spy)
+    engine.generate([(LONG * 30)[:3000]], greedy(2))
+    assert len(done) == 47 and done.index(True) <= 8
+    assert short[0].result(timeout=10).completions[0].token_ids == solo
+
+
 def test_cancel_during_a_chunked_prefill_frees_its_slots(engine_for, monkeypatch):
     """Cancelled after its 3rd chunk: it ends with finish_reason abort, no more chunks run, and with
     max_batch_size=2 a request of n=2 then gets both slots."""

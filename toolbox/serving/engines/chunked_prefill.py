@@ -4,15 +4,19 @@ one long prompt arriving delays the token streams already running by about one c
 step instead of stalling them for the whole prompt.
 
 The scheduler (``scheduler.py``) keeps at most one ``PartialPrefill`` at a time, first come first
-served; while it runs, short prompts (at most a chunk's worth of padded tokens per iteration) are
-still admitted beside it, so a small request arriving behind a long one waits an iteration, not
-the long prompt's whole prefill. Its prompt's keys and values are written into a slot reserved at the top of the slot range
-(``slot``: ``max_batch_size - n``; the running batch, packed at ``0 .. B-1``, is never let grow into
-it); each iteration ``step`` runs the next chunk through ``SlotRunner.prefill_at``. After the last
-chunk the request's ``n`` completions join the running batch: the cached prompt is copied into
-their slots and each samples its first token from the returned logits, as after an unchunked
-prefill. Every prompt longer than the budget is chunked the same way whatever else is running, so
-a request's numbers do not depend on what arrived with it.
+served. The long prompt's keys and values are written into a slot reserved at the top of the slot
+range (``slot``: ``max_batch_size - n``; the running batch, packed at ``0 .. B-1``, is never let
+grow into it); each iteration ``step`` runs the next chunk through ``SlotRunner.prefill_at``. After
+the last chunk the request's ``n`` completions join the running batch: the cached prompt is copied
+into their slots and each samples its first token from the returned logits, as after an unchunked
+prefill. Short prompts (at most a chunk's worth of padded tokens per iteration) are still admitted
+beside the chunks, so a small request arriving behind a long one waits an iteration, not the long
+prompt's whole prefill.
+
+Every prompt longer than the budget is chunked the same way whatever else is running, so a
+request's numbers do not depend on what arrived with it. Weights updated between two chunks
+(``update_weights``) apply from the next chunk on: the chunks cached before keep the keys and
+values of the old weights.
 """
 
 from __future__ import annotations
