@@ -113,9 +113,10 @@ def test_greedy_tokens_equal_one_forward_prefill(engine_for, monkeypatch):
             [c.token_ids for c in o.completions] for o in want
         ]
     assert plain.generate([LONG], greedy(24))[0].completions[0].token_ids == LONG_PINNED
-    # per generate call LONG (115 tokens with BOS) in chunks of 16, then LONG[:40] (one long prompt at a time,
-    # first come first served); the short prompts unchunked, beside LONG's chunks
-    assert chunks == 3 * ([16] * 7 + [3] + [16, 16, 9])
+    # per generate call LONG (115 tokens with BOS) in chunks of 16, then LONG[:40] (41 tokens; one long
+    # prompt at a time, first come first served, the next starting in the 13 tokens LONG's last chunk
+    # leaves); the short prompts unchunked, beside LONG's chunks
+    assert chunks == 3 * ([16] * 7 + [3] + [13, 16, 12])
     assert settled(chunked)["running"] == 0
 
 
@@ -248,6 +249,54 @@ def test_slots_reserved_for_a_chunked_prompt_are_not_given_away(engine_for):
     assert tokens == solo["run"]
     assert [c.token_ids for c in outs[0].completions] == solo["long"]
     assert [o.completions[0].token_ids for o in outs[1:]] == solo["short"]
+    assert settled(engine)["running"] == 0
+
+
+def test_the_next_long_prompt_starts_in_the_budget_the_last_chunk_leaves(engine_for, monkeypatch):
+    """max_batch_size=4, a stream in slot 0: LONG (n=1) and then a 41-token prompt with n=2 arrive.
+    The second starts in the 13 tokens LONG's last chunk leaves, in slots LONG's completion does not
+    take; everyone gets its solo tokens."""
+    second = LONG[:40]
+    solo_engine = engine_for(prefill_chunk_tokens=None)
+    solo = {
+        "run": solo_engine.generate(["hello world"], greedy(60))[0].completions[0].token_ids,
+        "long": solo_engine.generate([LONG], greedy(24))[0].completions[0].token_ids,
+        "second": [c.token_ids for c in solo_engine.generate([second], greedy(24, n=2))[0].completions],
+    }
+    engine = engine_for(prefill_chunk_tokens=16, max_batch_size=4)
+    slots: list[tuple[int, int]] = []
+    original = engine.runner.prefill_at
+
+    def spy(slot, tokens, start):
+        slots.append((slot, len(tokens)))
+        return original(slot, tokens, start)
+
+    monkeypatch.setattr(engine.runner, "prefill_at", spy)
+
+    async def scenario():
+        started = asyncio.Event()
+        tokens: list[int] = []
+
+        async def run():
+            async for delta in engine.stream("hello world", greedy(60)):
+                tokens.extend(delta.token_ids)
+                if len(tokens) == 2:
+                    started.set()
+
+        task = asyncio.create_task(run())
+        await started.wait()
+        slots.clear()  # the stream's own prompt (12 tokens) is not chunked at 16 anyway
+        first = engine.submit(LONG, greedy(24), stream=False)
+        then = engine.submit(second, greedy(24, n=2), stream=False)
+        outs = [await first.wait(), await then.wait()]
+        await task
+        return tokens, outs
+
+    tokens, outs = asyncio.run(scenario())
+    assert slots == [(3, 16)] * 7 + [(3, 3), (2, 13), (2, 16), (2, 12)]
+    assert tokens == solo["run"]
+    assert outs[0].completions[0].token_ids == solo["long"]
+    assert [c.token_ids for c in outs[1].completions] == solo["second"]
     assert settled(engine)["running"] == 0
 
 

@@ -13,8 +13,12 @@ prefill. Short prompts (at most a chunk's worth of padded tokens per iteration) 
 beside the chunks, so a small request arriving behind a long one waits an iteration, not the long
 prompt's whole prefill.
 
-Every prompt longer than the budget is chunked the same way whatever else is running, so a
-request's numbers do not depend on what arrived with it. Weights updated between two chunks
+When the current long prompt's last chunk leaves part of the budget, the next long prompt waiting
+starts in it, in the same iteration (``_next`` in the scheduler: its slot is reserved beside the
+current one's, whose completions are copied out first), so a queue of long prompts uses every
+iteration's whole budget. Chunk boundaries thus depend on what came before; the numbers agree with
+a one-forward prefill up to float rounding, as a batched prefill's already do (greedy tokens are
+the same: tests/serving/test_chunked_prefill.py). Weights updated between two chunks
 (``update_weights``) apply from the next chunk on: the chunks cached before keep the keys and
 values of the old weights.
 """

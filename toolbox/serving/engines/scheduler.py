@@ -142,6 +142,8 @@ class ContinuousBatcher:
         self.prefill_threads = prefill_threads
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self._partial: PartialPrefill | None = None  # the long prompt being prefilled in chunks
+        # the next long prompt, started in the budget _partial's last chunk leaves (one iteration)
+        self._next: PartialPrefill | None = None
         self.generator = torch.Generator(device=runner.device)
         self.generator.manual_seed(seed)
         self.step_lock = threading.RLock()  # held while the model runs; update_weights takes it
@@ -210,10 +212,10 @@ class ContinuousBatcher:
 
     def stats(self) -> dict[str, int]:
         with self._cv:
-            partial = self._partial
+            chunked = sum(p.request.params.n for p in (self._partial, self._next) if p is not None)
             return {
                 "waiting": len(self._waiting),
-                "running": len(self._running) + (partial.request.params.n if partial else 0),
+                "running": len(self._running) + chunked,
                 "max_batch_size": self.max_batch_size,
                 "max_queue_size": self.max_queue_size,
             }
@@ -245,7 +247,7 @@ class ContinuousBatcher:
             self._requests.clear()
             self._waiting.clear()
             self._running = []
-            self._partial = None
+            self._partial = self._next = None
             self._idle.set()
 
     # the loop (engine thread) ------------------------------------------------------------------------
@@ -288,8 +290,10 @@ class ContinuousBatcher:
         partial = self._partial
         free = self.max_batch_size - len(self._running) - (partial.request.params.n if partial else 0)
         budget = self.max_prefill_tokens
+        leftover = 0  # the budget the long prompt's last chunk leaves this iteration
         if partial is not None:  # short prompts join in beside the chunk, a chunk's worth at most
             budget = min(budget, chunk)  # type: ignore[type-var]
+            leftover = chunk - partial.remaining if partial.remaining < chunk else 0  # type: ignore[operator]
         admitted: list[_Request] = []
         longest = 0
         while self._waiting:
@@ -298,9 +302,13 @@ class ContinuousBatcher:
                 self._waiting.popleft()
                 continue  # dropped by _drop
             if is_long(len(request.prompt), chunk):
-                if self._partial is None and request.params.n <= free:
+                if request.params.n <= free and (partial is None or (leftover and self._next is None)):
                     self._waiting.popleft()
-                    self._partial = PartialPrefill(request, self.max_batch_size - request.params.n)
+                    started = PartialPrefill(request, self.max_batch_size - request.params.n)
+                    if partial is None:
+                        self._partial = started
+                    else:  # its first chunk follows the last of the current one, in this iteration
+                        self._next = started
                 break  # first come first served: nothing behind it starts before it
             longest_if = max(longest, len(request.prompt))
             owed = not admitted and partial is None  # at least one request is always admitted
@@ -320,8 +328,10 @@ class ContinuousBatcher:
             with self._cv:
                 if request in self._waiting:
                     self._waiting.remove(request)
+            if self._next is not None and self._next.request is request:
+                self._next = None  # its reserved slots are free again
             if self._partial is not None and self._partial.request is request:
-                self._partial = None  # its reserved slots are free again
+                self._partial, self._next = self._next, None
             if not request.seqs:  # never admitted (or cancelled during its chunked prefill)
                 p = request.params
                 empty = Completion(
@@ -342,7 +352,7 @@ class ContinuousBatcher:
             waiting = {id(r) for r in self._waiting}
             requests = [r for r in self._requests.values() if id(r) not in waiting]
         self._running = []
-        self._partial = None
+        self._partial = self._next = None
         self._tensors = None
         for request in requests:
             request.handle._finish(None, error)
@@ -392,18 +402,22 @@ class ContinuousBatcher:
 
     def _prefill_chunk(self) -> None:
         """The next chunk of the long prompt; after its last, its completions join the batch."""
-        partial = self._partial
-        assert partial is not None and self.prefill_chunk_tokens is not None
-        logits = partial.step(self.runner, self.prefill_chunk_tokens)
+        partial, chunk = self._partial, self.prefill_chunk_tokens
+        assert partial is not None and chunk is not None
+        last = partial.next_len(chunk)
+        logits = partial.step(self.runner, chunk)
         if logits is None:
             return
-        self._partial = None
         request = partial.request
-        base = len(self._running)  # <= partial.slot: the batch never grows into reserved slots
+        # below every reserved slot (the next long prompt's too): the batch never grows into them
+        base = len(self._running)
         for i in range(request.params.n):
             if base + i != partial.slot:
                 self.runner.copy_slot(partial.slot, base + i, len(request.prompt))
         self._join(logits, [0] * request.params.n, self._new_seqs(request))
+        self._partial, self._next = self._next, None
+        if self._partial is not None:  # the rest of this iteration's budget (its slot may be the one
+            self._partial.step(self.runner, chunk - last)  # just copied out: it is free now)
 
     @contextlib.contextmanager
     def _prefill_threads(self) -> Iterator[None]:
