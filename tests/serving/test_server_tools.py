@@ -316,3 +316,19 @@ def test_streamed_tool_call_arrives_per_token_after_streamed_content(caller):
     assert all(d.index == 0 and d.id is None and d.function.name is None for d in fragments)
     assert len(fragments) > 5  # the arguments as they are generated
     assert "".join(d.function.arguments for d in fragments) == call.function.arguments
+
+
+def test_streamed_tool_call_keeps_every_tokens_logprob(caller):
+    """Tokens whose text the parser holds back (a possible ``<tool_call>``, whitespace) send their
+    log-probs with the next chunk: one entry per generated token, as in the whole response."""
+    kw = dict(
+        model="tiny", messages=CALLER_MESSAGES, tools=[WEATHER], max_tokens=120, temperature=0, logprobs=True
+    )
+    whole = caller.chat.completions.create(**kw)
+    entries, usage = [], None
+    for chunk in caller.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            entries.extend(c.logprobs.content if c.logprobs else [])
+    assert usage.completion_tokens == whole.usage.completion_tokens == len(entries)
+    assert [e.token for e in entries] == [e.token for e in whole.choices[0].logprobs.content]
