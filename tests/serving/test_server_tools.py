@@ -146,24 +146,30 @@ def test_the_second_turn_renders_tools_call_and_result(client, ascii_model_dir):
 
 
 def test_named_tool_choice_and_streamed_tool_calls(client):
-    stream = client.chat.completions.create(
+    """A named tool_choice, streamed: the call's header first, then its arguments in fragments that
+    add up to the non-streamed call's arguments (same seed, same tokens)."""
+    kw = dict(
         model="tiny",
         messages=[{"role": "user", "content": "time?"}],
         tools=[WEATHER, TIME],
         tool_choice={"type": "function", "function": {"name": "get_time"}},
         max_tokens=200,
-        stream=True,
         seed=3,
     )
-    calls, finish = [], None
-    for chunk in stream:
+    [whole] = client.chat.completions.create(**kw).choices[0].message.tool_calls
+    deltas, finish, content = [], None, ""
+    for chunk in client.chat.completions.create(**kw, stream=True):
         for c in chunk.choices:
-            calls.extend(c.delta.tool_calls or [])
+            deltas.extend(c.delta.tool_calls or [])
+            content += c.delta.content or ""
             finish = c.finish_reason or finish
-    assert finish == "tool_calls"
-    [call] = calls
-    assert call.function.name == "get_time" and call.index == 0
-    assert json.loads(call.function.arguments)["zone"] in ("utc", "cet")
+    assert finish == "tool_calls" and content == ""
+    head = deltas[0]
+    assert head.function.name == "get_time" and head.index == 0 and head.id.startswith("call_")
+    assert all(d.index == 0 and d.function.name is None for d in deltas[1:]) and len(deltas) > 5
+    arguments = "".join(d.function.arguments for d in deltas)
+    assert arguments == whole.function.arguments
+    assert json.loads(arguments)["zone"] in ("utc", "cet")
 
 
 def test_json_schema_output_always_parses_against_its_schema(client):
@@ -228,3 +234,101 @@ def test_hermes_parser():
     assert content == "ok <tool_call>{bad}</tool_call>"
     assert [(c.name, c.arguments) for c in calls] == [("f", '{"x":1}')]
     assert tool_calls.parse("plain") == ("plain", [])
+
+
+# streamed tool calls, from a model trained to write text and then a call -----------------------------
+CALLER_MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+CALLER_REPLY = (
+    'Checking the weather.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+)
+
+
+@pytest.fixture(scope="module")
+def caller(client, ascii_model_dir, tmp_path_factory):
+    """A client of a server whose model was trained (on this one conversation, ~300 steps) to answer
+    ``CALLER_MESSAGES`` with a sentence and then a call: a random model is constrained to a bare call."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ascii_model_dir)
+    probe = client.chat.completions.create(
+        model="tiny",
+        messages=CALLER_MESSAGES,
+        tools=[WEATHER],
+        max_tokens=1,
+        extra_body={"return_token_ids": True},
+    )
+    prompt = probe.model_extra["prompt_token_ids"]  # exactly what the server renders
+    reply = tok(CALLER_REPLY, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    ids = torch.tensor([prompt + reply])
+    labels = ids.clone()
+    labels[0, : len(prompt)] = -100
+    model = AutoModelForCausalLM.from_pretrained(ascii_model_dir)
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(300):
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 1e-3:
+            break
+    path = tmp_path_factory.mktemp("caller_llama")
+    model.eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    srv = start_server(path, free_port(), tmp_path_factory.mktemp("caller") / "log")
+    yield openai.OpenAI(base_url=srv.base_url, api_key="none", max_retries=0, timeout=120)
+    assert srv.stop() == 0, srv.log.read_text()[-3000:]
+    assert "Traceback" not in srv.log.read_text()
+
+
+def test_streamed_tool_call_arrives_per_token_after_streamed_content(caller):
+    """Streamed with tools: the sentence as content deltas, then one delta with the call's index, id,
+    type and name, then ``arguments`` fragments token by token, whose concatenation equals the
+    non-streamed call's ``arguments`` (the model writes spaces; both drop them)."""
+    kw = dict(model="tiny", messages=CALLER_MESSAGES, tools=[WEATHER], max_tokens=120, temperature=0)
+    whole = caller.chat.completions.create(**kw).choices[0]
+    assert whole.finish_reason == "tool_calls"
+    assert whole.message.content == "Checking the weather."
+    [call] = whole.message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("get_weather", '{"city":"Paris"}')
+
+    events = []  # ("content", text) / ("call", delta) in arrival order
+    finish = None
+    for chunk in caller.chat.completions.create(**kw, stream=True):
+        for c in chunk.choices:
+            if c.delta.content:
+                events.append(("content", c.delta.content))
+            for d in c.delta.tool_calls or []:
+                events.append(("call", d))
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    kinds = [k for k, _ in events]
+    first_call = kinds.index("call")
+    assert set(kinds[:first_call]) == {"content"} and set(kinds[first_call:]) == {"call"}
+    content = [x for k, x in events if k == "content"]
+    assert "".join(content) == "Checking the weather." and len(content) > 5  # streamed, not at the end
+    deltas = [x for k, x in events if k == "call"]
+    head, fragments = deltas[0], deltas[1:]
+    assert head.index == 0 and head.id.startswith("call_") and head.type == "function"
+    assert head.function.name == "get_weather" and head.function.arguments == ""
+    assert all(d.index == 0 and d.id is None and d.function.name is None for d in fragments)
+    assert len(fragments) > 5  # the arguments as they are generated
+    assert "".join(d.function.arguments for d in fragments) == call.function.arguments
+
+
+def test_streamed_tool_call_keeps_every_tokens_logprob(caller):
+    """Tokens whose text the parser holds back (a possible ``<tool_call>``, whitespace) send their
+    log-probs with the next chunk: one entry per generated token, as in the whole response."""
+    kw = dict(
+        model="tiny", messages=CALLER_MESSAGES, tools=[WEATHER], max_tokens=120, temperature=0, logprobs=True
+    )
+    whole = caller.chat.completions.create(**kw)
+    entries, usage = [], None
+    for chunk in caller.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            entries.extend(c.logprobs.content if c.logprobs else [])
+    assert usage.completion_tokens == whole.usage.completion_tokens == len(entries)
+    assert [e.token for e in entries] == [e.token for e in whole.choices[0].logprobs.content]

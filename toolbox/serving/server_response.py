@@ -4,8 +4,10 @@ streamed), driven by the request's ``RequestContext``.
 A choice is built from a piece of a completion (token ids, text, log-probs, finish reason): the whole
 completion for a JSON response, a ``StreamDelta`` for an SSE chunk. Completions put ``text`` in a
 choice, chat a ``message`` (whole) or a ``delta`` (streamed, ``role`` in a choice's first chunk).
-With tools (chat), a choice's text is held back until it finishes, then its ``<tool_call>`` blocks
-become ``tool_calls`` (``tool_calls.py``) and ``finish_reason`` is ``"tool_calls"``.
+With tools (chat), a choice's ``<tool_call>`` blocks become ``tool_calls`` (``tool_calls.py``) and
+its ``finish_reason`` ``"tool_calls"``; streamed, the text is parsed as it comes
+(``tool_call_stream.py``): content as content deltas, each call as a delta with its index, id, type and
+name, then ``function.arguments`` fragments, as OpenAI and vLLM stream them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from toolbox.serving import tool_calls
 from toolbox.serving.engine import RequestOutput, StreamDelta
 from toolbox.serving.server_request import RequestContext
+from toolbox.serving.tool_call_stream import CallDelta, ToolCallStream
 
 
 def token_text(tokenizer: Any, token_id: int, as_id: bool = False) -> str:
@@ -99,6 +102,7 @@ class _Piece:
     finish_reason: str | None
     logprobs: list[float] | None = None
     top_logprobs: list[dict[int, float]] | None = None
+    calls: list[CallDelta] = field(default_factory=list)  # streamed with tools: the call pieces
 
 
 @dataclass
@@ -107,7 +111,20 @@ class _ChoiceState:
 
     started: bool = False
     text_offset: int = 0
-    held: list[_Piece] = field(default_factory=list)
+    held: list[_Piece] = field(default_factory=list)  # tokens whose text the tool parser holds
+    parser: ToolCallStream = field(default_factory=ToolCallStream)
+
+
+def _call_delta(d: CallDelta) -> dict[str, Any]:
+    """A streamed ``tool_calls`` entry: the header (index, id, type, name) or an arguments fragment."""
+    if d.name is None:
+        return {"index": d.index, "function": {"arguments": d.arguments}}
+    return {
+        "index": d.index,
+        "id": d.id,
+        "type": "function",
+        "function": {"name": d.name, "arguments": d.arguments},
+    }
 
 
 class ResponseFormatter:
@@ -149,9 +166,15 @@ class ResponseFormatter:
         if ctx.chat:
             content: str | None = piece.text
             calls: list[dict[str, Any]] = []
-            if ctx.parse_tool_calls and piece.finish_reason is not None:
+            called = False
+            if ctx.parse_tool_calls and streamed:
+                content = piece.text or None
+                calls = [_call_delta(d) for d in piece.calls]
+                called = state.parser.calls > 0
+            elif ctx.parse_tool_calls:
                 content, parsed = tool_calls.parse(piece.text)
-                calls = [c.to_openai(i if streamed else None) for i, c in enumerate(parsed)]
+                calls = [c.to_openai() for c in parsed]
+                called = bool(calls)
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if streamed and state.started:
                 message.pop("role")
@@ -163,7 +186,8 @@ class ResponseFormatter:
                 if lp is not None
                 else None
             )
-            choice["finish_reason"] = "tool_calls" if calls else piece.finish_reason
+            finish = piece.finish_reason
+            choice["finish_reason"] = "tool_calls" if called and finish is not None else finish
         else:
             choice["text"] = piece.text
             choice["logprobs"] = (
@@ -218,11 +242,13 @@ class ResponseFormatter:
             delta.logprobs,
             delta.top_logprobs,
         )
-        if self.ctx.parse_tool_calls:  # hold the text until the choice is whole, then parse it
+        if self.ctx.parse_tool_calls:  # parse as it comes; tokens that show nothing yet wait
+            text, calls = state.parser.feed(delta.text, final=delta.finish_reason is not None)
             state.held.append(piece)
-            if delta.finish_reason is None:
+            if not text and not calls and delta.finish_reason is None:
                 return None
             piece = _merge_pieces(state.held)
+            piece.text, piece.calls = text, calls
             state.held = []
         first = not state.started
         choice = self._choice(piece, True, state)

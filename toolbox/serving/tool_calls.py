@@ -7,7 +7,9 @@ writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
   ``<tools>[...]</tools>`` and an assistant message's calls its content, in the same format the
   model is asked to answer in.
 - Output: ``parse`` cuts every well-formed ``<tool_call>`` block out of the text into OpenAI
-  ``tool_calls`` (a block whose JSON does not parse stays text, as vLLM's parser leaves it).
+  ``tool_calls`` (a block whose JSON does not parse stays text, as vLLM's parser leaves it); a
+  call's ``arguments`` are the model's JSON without whitespace outside strings. A streamed
+  response parses as it goes (``tool_call_stream.py``) and sends the same text in fragments.
 - ``tool_choice`` "required" or a named function: the output is constrained (``structured.py``)
   to exactly one call of an allowed tool whose ``arguments`` match that tool's ``parameters``
   schema; "auto" lets the model choose; "none" neither asks for nor parses calls.
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolbox.serving.engine import StructuredOutput
+from toolbox.serving.tool_call_stream import scan_arguments
 
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -31,14 +34,12 @@ class ParsedCall:
     name: str
     arguments: str  # JSON text, as OpenAI returns it
 
-    def to_openai(self, index: int | None = None) -> dict[str, Any]:
+    def to_openai(self) -> dict[str, Any]:
         call: dict[str, Any] = {
             "id": f"call_{uuid.uuid4().hex[:24]}",
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         }
-        if index is not None:
-            call["index"] = index  # a streamed chunk's tool_calls carry their index
         return call
 
 
@@ -65,10 +66,9 @@ def parse(text: str) -> tuple[str | None, list[ParsedCall]]:
             continue
         if not (isinstance(obj, dict) and isinstance(obj.get("name"), str)):
             continue
-        args = obj.get("arguments", obj.get("parameters", {}))
         kept.append(text[pos : match.start()])
         pos = match.end()
-        calls.append(ParsedCall(obj["name"], json.dumps(args, separators=(",", ":"))))
+        calls.append(ParsedCall(obj["name"], scan_arguments(match.group(1))))
     kept.append(text[pos:])
     if not calls:
         return text, calls

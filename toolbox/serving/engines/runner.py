@@ -266,6 +266,42 @@ class SlotRunner:
         last = torch.tensor([n - 1 for n in lengths], device=self.device)
         return self._logits(x[torch.arange(len(prompts), device=self.device), last])
 
+    def prefill_at(self, slot: int, tokens: list[int], start: int) -> torch.Tensor:
+        """Run ``tokens`` at positions ``start ..`` of the sequence in ``slot``, whose first ``start``
+        positions are cached there (the next chunk of a long prompt, ``chunked_prefill.py``); the
+        logits at the last token ``[1, V]``. Each query attends to the cached prefix and, causally,
+        to the chunk: the numbers of prefilling the whole prompt at once, up to float rounding."""
+        if start == 0:
+            return self.prefill([slot], [tokens])
+        t = len(tokens)
+        end = start + t
+        if end > self.max_model_len:
+            raise ValueError(f"a sequence of {end} tokens exceeds max_model_len={self.max_model_len}")
+        self.ensure_capacity(end)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        positions = self._positions[start:end]
+        mask = (self._positions[:end].view(1, end) <= positions.view(t, 1)).view(1, 1, t, end)
+        weights = self._weights()
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kc, vc = self.k_cache[i], self.v_cache[i]
+            kc[slot, :, start:end] = k[0]
+            vc[slot, :, start:end] = v[0]
+            return F.scaled_dot_product_attention(
+                q,
+                kc[slot : slot + 1, :, :end],
+                vc[slot : slot + 1, :, :end],
+                attn_mask=mask,
+                scale=self.scaling,
+                enable_gqa=self.gqa,
+            )
+
+        x = F.embedding(ids, self._head[0])
+        cos, sin = self._rope_tables(x, positions.unsqueeze(0))
+        for i, w in enumerate(weights):
+            x = self._layer(i, w, x, cos, sin, attend)
+        return self._logits(x[:, -1])
+
     def extend(self, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
         """Continue the sequences in slots ``0 .. B-1``: slot ``b`` holds ``starts[b]`` cached positions
         (a prefix prefilled or copied there); ``chunks[b]`` is run at positions ``starts[b] ..`` after

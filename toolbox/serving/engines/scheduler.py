@@ -5,7 +5,9 @@ One background thread owns the model. Each iteration it
 1. drops cancelled requests (waiting or running);
 2. admits waiting requests, first come first served, while the batch has free slots (a request
    with ``n`` completions takes ``n``) and the prefill budget lasts; their prompts are prefilled
-   together (one forward) and each completion samples its first token;
+   together (one forward) and each completion samples its first token. A prompt longer than
+   ``prefill_chunk_tokens`` is prefilled a chunk per iteration instead (``chunked_prefill.py``)
+   and joins the batch after its last chunk;
 3. runs one decode step for every running completion and samples the next tokens;
 4. hands each token to its request (streamed requests get a ``StreamDelta`` at once), finishes
    completions that hit a stop id, a stop string, the end of their grammar (constrained
@@ -25,10 +27,12 @@ each other's private state.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,7 @@ from toolbox.serving.engine import (
     SamplingParams,
     StreamDelta,
 )
+from toolbox.serving.engines.chunked_prefill import PartialPrefill, is_long
 from toolbox.serving.engines.detokenize import IncrementalText
 from toolbox.serving.engines.handle import RequestHandle  # noqa: F401 - re-exported
 from toolbox.serving.engines.runner import SlotRunner
@@ -104,6 +109,8 @@ class ContinuousBatcher:
         max_queue_size: most requests waiting for a slot; one more raises ``QueueFullError``.
         max_prefill_tokens: prompt tokens (padded) prefilled in one iteration, so that long prompts
             do not stall the running batch for long; at least one request is always admitted.
+        prefill_chunk_tokens: a prompt longer than this is prefilled in chunks of this many tokens,
+            one per iteration between decode steps (None: every prompt in one forward).
         logprobs_mode: "raw" (log_softmax of the model's logits, as vLLM) or "processed" (of the
             logits after penalty, temperature and top-k/top-p/min-p).
         seed: seeds the generator of requests that carry no seed of their own.
@@ -121,7 +128,10 @@ class ContinuousBatcher:
         logprobs_mode: str = "raw",
         seed: int = 0,
         prefill_threads: int | None = None,
+        prefill_chunk_tokens: int | None = None,
     ) -> None:
+        if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
+            raise ValueError(f"prefill_chunk_tokens must be >= 1 (or None), got {prefill_chunk_tokens}")
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -130,6 +140,10 @@ class ContinuousBatcher:
         self.max_prefill_tokens = max_prefill_tokens
         self.logprobs_mode = logprobs_mode
         self.prefill_threads = prefill_threads
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        self._partial: PartialPrefill | None = None  # the long prompt being prefilled in chunks
+        # the next long prompt, started in the budget _partial's last chunk leaves (one iteration)
+        self._next: PartialPrefill | None = None
         self.generator = torch.Generator(device=runner.device)
         self.generator.manual_seed(seed)
         self.step_lock = threading.RLock()  # held while the model runs; update_weights takes it
@@ -198,9 +212,10 @@ class ContinuousBatcher:
 
     def stats(self) -> dict[str, int]:
         with self._cv:
+            chunked = sum(p.request.params.n for p in (self._partial, self._next) if p is not None)
             return {
                 "waiting": len(self._waiting),
-                "running": len(self._running),
+                "running": len(self._running) + chunked,
                 "max_batch_size": self.max_batch_size,
                 "max_queue_size": self.max_queue_size,
             }
@@ -232,6 +247,7 @@ class ContinuousBatcher:
             self._requests.clear()
             self._waiting.clear()
             self._running = []
+            self._partial = self._next = None
             self._idle.set()
 
     # the loop (engine thread) ------------------------------------------------------------------------
@@ -239,7 +255,9 @@ class ContinuousBatcher:
         with torch.inference_mode():
             while True:
                 with self._cv:
-                    while not self._closed and not (self._waiting or self._running or self._aborts):
+                    while not self._closed and not (
+                        self._waiting or self._running or self._partial or self._aborts
+                    ):
                         self._cv.wait()
                     if self._closed:
                         return
@@ -248,8 +266,12 @@ class ContinuousBatcher:
                 try:
                     with self.step_lock:
                         self._drop(aborts)
-                        if admitted:
-                            self._prefill_with_threads(admitted)
+                        if self._partial is not None or admitted:
+                            with self._prefill_threads():
+                                if self._partial is not None:
+                                    self._prefill_chunk()
+                                if admitted:
+                                    self._prefill(admitted)
                             self._retire()
                         if self._running:
                             self._decode()
@@ -262,8 +284,16 @@ class ContinuousBatcher:
                         self._idle.set()
 
     def _admit(self, aborts: set[str]) -> list[_Request]:
-        free = self.max_batch_size - len(self._running)
+        """Take waiting requests for this iteration: the short ones to prefill now (returned) and
+        a long one to start prefilling in chunks (``self._partial``, slots reserved at the top)."""
+        chunk = self.prefill_chunk_tokens
+        partial = self._partial
+        free = self.max_batch_size - len(self._running) - (partial.request.params.n if partial else 0)
         budget = self.max_prefill_tokens
+        leftover = 0  # the budget the long prompt's last chunk leaves this iteration
+        if partial is not None:  # short prompts join in beside the chunk, a chunk's worth at most
+            budget = min(budget, chunk)  # type: ignore[type-var]
+            leftover = chunk - partial.remaining if partial.remaining < chunk else 0  # type: ignore[operator]
         admitted: list[_Request] = []
         longest = 0
         while self._waiting:
@@ -271,8 +301,18 @@ class ContinuousBatcher:
             if request.id in aborts:
                 self._waiting.popleft()
                 continue  # dropped by _drop
+            if is_long(len(request.prompt), chunk):
+                if request.params.n <= free and (partial is None or (leftover and self._next is None)):
+                    self._waiting.popleft()
+                    started = PartialPrefill(request, self.max_batch_size - request.params.n)
+                    if partial is None:
+                        self._partial = started
+                    else:  # its first chunk follows the last of the current one, in this iteration
+                        self._next = started
+                break  # first come first served: nothing behind it starts before it
             longest_if = max(longest, len(request.prompt))
-            if request.params.n > free or (admitted and longest_if * (len(admitted) + 1) > budget):
+            owed = not admitted and partial is None  # at least one request is always admitted
+            if request.params.n > free or (not owed and longest_if * (len(admitted) + 1) > budget):
                 break
             self._waiting.popleft()
             admitted.append(request)
@@ -288,7 +328,11 @@ class ContinuousBatcher:
             with self._cv:
                 if request in self._waiting:
                     self._waiting.remove(request)
-            if not request.seqs:  # never admitted
+            if self._next is not None and self._next.request is request:
+                self._next = None  # its reserved slots are free again
+            if self._partial is not None and self._partial.request is request:
+                self._partial, self._next = self._next, None
+            if not request.seqs:  # never admitted (or cancelled during its chunked prefill)
                 p = request.params
                 empty = Completion(
                     [], "", "abort", [] if p.logprobs else None, [] if p.logprobs and p.top_logprobs else None
@@ -308,6 +352,7 @@ class ContinuousBatcher:
             waiting = {id(r) for r in self._waiting}
             requests = [r for r in self._requests.values() if id(r) not in waiting]
         self._running = []
+        self._partial = self._next = None
         self._tensors = None
         for request in requests:
             request.handle._finish(None, error)
@@ -316,14 +361,12 @@ class ContinuousBatcher:
                 self._forget(request)
 
     # model steps -------------------------------------------------------------------------------------
-    def _prefill(self, admitted: list[_Request]) -> None:
-        base = len(self._running)
-        slots, rows, seqs = [], [], []
-        for r, request in enumerate(admitted):
-            slots.append(base + len(seqs))
-            for i in range(request.params.n):
-                text = IncrementalText(self.tokenizer, request.params.stop) if request.needs_text else None
-                seq = _Seq(
+    def _new_seqs(self, request: _Request) -> list[_Seq]:
+        """The ``n`` completions of a request whose prompt is being cached now."""
+        for i in range(request.params.n):
+            text = IncrementalText(self.tokenizer, request.params.stop) if request.needs_text else None
+            request.seqs.append(
+                _Seq(
                     request,
                     i,
                     make_generator(completion_seed(request.params.seed, i), self.runner.device),
@@ -331,29 +374,61 @@ class ContinuousBatcher:
                     len(request.prompt),
                     matcher=request.matcher.deep_copy() if request.matcher is not None else None,
                 )
-                request.seqs.append(seq)
-                seqs.append(seq)
-                rows.append(r)
-            request.unfinished = request.params.n
-        logits = self.runner.prefill(slots, [request.prompt for request in admitted])
-        for request, slot in zip(admitted, slots, strict=True):
-            for i in range(1, request.params.n):
-                self.runner.copy_slot(slot, slot + i, len(request.prompt))
-        if len(rows) != len(admitted):
+            )
+        request.unfinished = request.params.n
+        return request.seqs
+
+    def _join(self, logits: torch.Tensor, rows: list[int], seqs: list[_Seq]) -> None:
+        """Add freshly prefilled completions to the batch; ``logits[rows[j]]`` is ``seqs[j]``'s."""
+        if len(rows) != logits.shape[0] or rows != list(range(len(rows))):
             logits = logits[torch.tensor(rows, device=logits.device)]
         tensors = SamplingTensors.from_params([s.request.params for s in seqs], device=logits.device)
         self._running.extend(seqs)
         self._tensors = None
         self._sample_and_append(logits, seqs, tensors, decoded=False)
 
-    def _prefill_with_threads(self, admitted: list[_Request]) -> None:
+    def _prefill(self, admitted: list[_Request]) -> None:
+        base = len(self._running)
+        slots, rows, seqs = [], [], []
+        for r, request in enumerate(admitted):
+            slots.append(base + len(seqs))
+            seqs += self._new_seqs(request)
+            rows += [r] * request.params.n
+        logits = self.runner.prefill(slots, [request.prompt for request in admitted])
+        for request, slot in zip(admitted, slots, strict=True):
+            for i in range(1, request.params.n):
+                self.runner.copy_slot(slot, slot + i, len(request.prompt))
+        self._join(logits, rows, seqs)
+
+    def _prefill_chunk(self) -> None:
+        """The next chunk of the long prompt; after its last, its completions join the batch."""
+        partial, chunk = self._partial, self.prefill_chunk_tokens
+        assert partial is not None and chunk is not None
+        last = partial.next_len(chunk)
+        logits = partial.step(self.runner, chunk)
+        if logits is None:
+            return
+        request = partial.request
+        # below every reserved slot (the next long prompt's too): the batch never grows into them
+        base = len(self._running)
+        for i in range(request.params.n):
+            if base + i != partial.slot:
+                self.runner.copy_slot(partial.slot, base + i, len(request.prompt))
+        self._join(logits, [0] * request.params.n, self._new_seqs(request))
+        self._partial, self._next = self._next, None
+        if self._partial is not None:  # the rest of this iteration's budget (its slot may be the one
+            self._partial.step(self.runner, chunk - last)  # just copied out: it is free now)
+
+    @contextlib.contextmanager
+    def _prefill_threads(self) -> Iterator[None]:
+        """Run the enclosed prefill with ``prefill_threads`` intra-op threads."""
         threads = torch.get_num_threads()
         if self.prefill_threads is None or self.prefill_threads == threads:
-            self._prefill(admitted)
+            yield
             return
         torch.set_num_threads(self.prefill_threads)
         try:
-            self._prefill(admitted)
+            yield
         finally:
             torch.set_num_threads(threads)
 

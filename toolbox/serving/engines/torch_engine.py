@@ -76,6 +76,13 @@ class TorchEngine(InferenceEngine):
         max_queue_size: most requests waiting for a slot; one more raises ``QueueFullError``.
         max_model_len: longest prompt + completion; null: the model's max_position_embeddings.
         max_prefill_tokens: padded prompt tokens prefilled per scheduler step.
+        prefill_chunk_tokens: chunked prefill: a prompt longer than this is prefilled this many
+            tokens per scheduler step, between the running batch's decode steps, so that a long
+            prompt delays the running streams by one chunk per token rather than by its whole
+            prefill (null: every prompt in one step). The default, 256: a
+            2048-token prompt on the 512-wide benchmark model (one thread, here) took 3.92 s in
+            chunks of 256 against 3.78 s whole (+4 %; 128: +24 %), its longest chunk 0.57 s
+            (512: 1.26 s).
         logprobs_mode: "raw": log_softmax of the model's logits (as vLLM); "processed": after
             repetition penalty, temperature and top-k/top-p/min-p.
         seed: seeds sampling for requests that carry no seed.
@@ -103,6 +110,7 @@ class TorchEngine(InferenceEngine):
         max_queue_size: int = 256,
         max_model_len: int | None = None,
         max_prefill_tokens: int = 4096,
+        prefill_chunk_tokens: int | None = 256,
         logprobs_mode: Literal["raw", "processed"] = "raw",
         seed: int = 0,
         num_threads: int | None = None,
@@ -113,9 +121,11 @@ class TorchEngine(InferenceEngine):
             (max_batch_size is not None and max_batch_size < 1)
             or max_queue_size < 0
             or max_prefill_tokens < 1
+            or (prefill_chunk_tokens is not None and prefill_chunk_tokens < 1)
         ):
             raise ConfigError(
-                "engine.max_batch_size and engine.max_prefill_tokens must be >= 1, engine.max_queue_size >= 0."
+                "engine.max_batch_size, engine.max_prefill_tokens and engine.prefill_chunk_tokens must be "
+                ">= 1 (prefill_chunk_tokens null: no chunking), engine.max_queue_size >= 0."
             )
         loaded = model is None
         model, tokenizer = resolve(model, tokenizer, path, dtype, "torch")
@@ -145,6 +155,7 @@ class TorchEngine(InferenceEngine):
             logprobs_mode=logprobs_mode,
             seed=seed,
             prefill_threads=prefill_threads,
+            prefill_chunk_tokens=prefill_chunk_tokens,
         )
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.grammars = Grammars(tokenizer, self.vocab_size, self.eos_ids)
