@@ -243,11 +243,15 @@ class RowStore:
 
     def fetch(self, ids: list[int]) -> list[MemoryItem]:
         """The items with these ids (in SQLite's order; ids that are gone are left out)."""
+        return list(map(row_item, self.fetch_rows(ids)))
+
+    def fetch_rows(self, ids: list[int]) -> list[tuple[Any, ...]]:
+        """The rows (``ITEM_COLUMNS``) with these ids, in SQLite's order; ids that are gone are left out."""
         assert self.db is not None
         execute, out = self.db.execute, []
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]
-            out.extend(map(row_item, execute(_fetch_sql(len(chunk)), chunk).fetchall()))
+            out.extend(execute(_fetch_sql(len(chunk)), chunk).fetchall())
         return out
 
     def where(self, where: str, params: Sequence[Any]) -> list[int]:
