@@ -7,10 +7,12 @@ from __future__ import annotations
 import random
 import sqlite3
 
+import numpy as np
 import pytest
 
 from toolbox.core.errors import ConfigError
 from toolbox.memory import EpisodicMemory, MemoryStoreError
+from toolbox.memory.rows import item_fields
 
 HASH = {"name": "hashing", "dim": 32}
 WORDS = "cat dog mat sofa paris river budget notes meeting review market stock".split()
@@ -36,7 +38,7 @@ def assert_search_agrees_with_sqlite(m: EpisodicMemory, query: str) -> list:
         assert stored is not None, f"search returned item {item.id}, which SQLite no longer holds"
         assert fields(item)[:n] == fields(stored)[:n], item.id
     cached = dict(m._cache._rows)
-    assert cached == {row[0]: row for row in m._rows.fetch_rows(list(cached))}
+    assert cached == {row[0]: item_fields(row) for row in m._rows.fetch_rows(list(cached))}
     return found
 
 
@@ -180,3 +182,49 @@ def test_one_store_object_per_folder_and_a_reopen_starts_empty(tmp_path):
     again = EpisodicMemory(tmp_path)
     assert len(again._cache) == 0 and again.search("cat", k=1)[0].metadata == {"v": 2}
     again.close()
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_an_outside_commit_empties_the_cache(tmp_path, header):
+    """Seen through the WAL-index header of ``-shm`` (0.1 us a search), or without one through
+    ``PRAGMA data_version`` alone."""
+    m = EpisodicMemory(tmp_path, embedder=HASH)
+    assert m._cache._shm is not None  # a WAL store: the header is mapped
+    if not header:
+        m._cache._shm.close()
+        m._cache._shm = m._cache._seen = None
+    a = m.add("the cat sat on the mat", metadata={"v": 1})
+    for v in (2, 3):
+        assert m.search("cat", k=1)[0].metadata == {"v": v - 1} and a in m._cache
+        con = sqlite3.connect(tmp_path / "memory.sqlite")
+        con.execute("UPDATE items SET metadata = ? WHERE id = ?", (f'{{"v": {v}}}', a))
+        con.commit()
+        con.close()
+        assert m.search("cat", k=1)[0].metadata == {"v": v}
+    m.close()
+
+
+def test_ties_rank_by_id_and_min_score_cuts(tmp_path):
+    m = EpisodicMemory(tmp_path, embedder=HASH, index="hnsw")
+    v = np.ones(32, dtype=np.float32)
+    w = np.r_[np.ones(16), -np.ones(16)].astype(np.float32)
+    ids = m.add_many(["one", "two", "three", "four"], vectors=np.stack([w, v, v, w]))
+    for _ in range(2):  # from SQLite, then from the cache
+        found = m.search(v, k=4)
+        assert [it.id for it in found] == [ids[1], ids[2], ids[0], ids[3]]
+        assert [it.score for it in found] == pytest.approx([1.0, 1.0, 0.0, 0.0], abs=1e-6)
+        assert all(it.score == it.similarity for it in found)
+        assert [it.id for it in m.search(v, k=4, min_score=0.5)] == [ids[1], ids[2]]
+        assert [it.id for it in m.search(v, k=9)] == [it.id for it in found]  # k beyond the store
+    m.close()
+
+
+def test_nearest_orders_the_index_ties_by_id():
+    from toolbox.memory.ranking import nearest
+
+    class Index:  # answers ties in whatever order, like hnswlib may
+        def search(self, qv, k):
+            return np.array([[9, 4, 7, -1]]), np.array([[0.5, 0.5, 0.25, -np.inf]], dtype=np.float32)
+
+    assert nearest(Index(), None, 4, None) == ([4, 9, 7], [0.5, 0.5, 0.25])
+    assert nearest(Index(), None, 4, 0.3) == ([4, 9], [0.5, 0.5])

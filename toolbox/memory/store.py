@@ -299,6 +299,11 @@ class EpisodicMemory:
         text = isinstance(query, str)
         qv = ranking.query_vector(self.embedder, query)
         blend = recency_half_life is not None or (text_weight > 0 and text)
+        if not filters and not blend:  # similarity alone: the index's order is the ranking
+            out = self._cache.ranked(*ranking.nearest(self.index, qv, k, min_score))
+            if self.eviction == "lru" and out:
+                self._touch([it.id for it in out])
+            return out
         n_cand = max(4 * k, 50) if blend else k
         cand = ranking.vector_candidates(self.index, rows, self._fields, self._count, qv, n_cand, filters)
         if cand is None:
@@ -459,6 +464,8 @@ class EpisodicMemory:
         self._close_handles()
 
     def _close_handles(self) -> None:
+        if getattr(self, "_cache", None) is not None:
+            self._cache.close()  # before the connection (toolbox.memory.row_cache.RowCache.close)
         inner = getattr(self, "embedder", None)
         if inner is not None and hasattr(inner, "close"):
             inner.close()
