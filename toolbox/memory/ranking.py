@@ -34,11 +34,13 @@ def query_vector(embedder: Embedder, query: str | np.ndarray) -> np.ndarray:
     """A ``(1, dim)`` unit query vector: the text embedded, or the given vector normalised."""
     if isinstance(query, str):
         return embedder.embed([query])
-    qv = np.asarray(query, dtype=np.float32).reshape(1, -1)
-    if qv.shape[1] != embedder.dim:
-        raise ConfigError(f"search: the query vector has {qv.shape[1]} dimensions, the store {embedder.dim}.")
-    norm = math.sqrt(np.dot(qv[0], qv[0]))  # one row: a dot product, cheaper than normalize_rows
-    return qv * (1.0 / norm) if norm > 0 else np.ascontiguousarray(qv)
+    q = np.asarray(query, dtype=np.float32)
+    if q.ndim != 1:
+        q = q.reshape(-1)
+    if len(q) != embedder.dim:
+        raise ConfigError(f"search: the query vector has {len(q)} dimensions, the store {embedder.dim}.")
+    norm = math.sqrt(q @ q)  # one row: a dot product, cheaper than normalize_rows
+    return (q * (1.0 / norm) if norm > 0 else q.copy()).reshape(1, -1)
 
 
 def text_candidates(
@@ -65,7 +67,7 @@ def nearest(
     """The ``k`` nearest ids and their similarities, best first (ties: the smaller id first), those
     below ``min_score`` dropped: the whole ranking of a search by similarity alone."""
     found, scores = index.search(qv, k)
-    ids, sims = found[0].tolist(), scores[0].tolist()
+    ids, sims = found.ravel().tolist(), scores.ravel().tolist()  # one query: one row
     if ids and ids[-1] < 0:  # fewer than k items: padding
         n = ids.index(-1)
         ids, sims = ids[:n], sims[:n]
