@@ -38,9 +38,17 @@ things). A real workload lies between the two.
     nice -n 5 python benchmarks/memory.py overhead --n 50000 --out benchmarks/results/memory_overhead.json
 
 ``--cache DIR`` keeps the store in DIR (for example under work/, which git ignores) and reuses it when
-a later run finds it there: a 1M store takes most of an hour to build on a shared 2-core machine, so
-build it once (``scale ... --cache work/memory-bench-1m --build-only`` at low priority) and time
-searches in later runs at normal priority.
+a later run finds it there (``overhead`` opens it with its own index settings, so a store that
+``scale`` built serves it too): a 1M store takes most of an hour to build on a shared 2-core
+machine, so build it once at low priority and time searches in later runs at normal priority::
+
+    nice -n 19 python benchmarks/memory.py scale --sizes 1000000 --M 16 --ef-construction 100 \\
+        --flush-every 250000 --chunk 20000 --cache work/memory-bench-1m --build-only
+    taskset -c 1 python benchmarks/memory.py scale --sizes 1000000 --M 16 --ef-construction 100 \\
+        --flush-every 250000 --cache work/memory-bench-1m --queries 1000 --ef 64 128 192 256 384 \\
+        --filter-ef 64 --filter-queries 200 --exact-queries 30 --out benchmarks/results/memory_scale_1m.json
+    taskset -c 1 python benchmarks/memory.py overhead --n 1000000 --queries 500 --rounds 3 \\
+        --ef 64 128 256 --cache work/memory-bench-1m --out benchmarks/results/memory_overhead_1m.json
 
 The machine is shared: the JSON records the load average before and after each part.
 """
@@ -391,13 +399,17 @@ def bench_overhead(args) -> dict:
     folder = Path(args.cache) if args.cache else Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
     out: dict = {"n": args.n, "queries": args.queries, "rounds": args.rounds, "load_before": load()}
     try:
+        # a cached store is opened with its own index settings (another spec would rebuild its
+        # graph), so a store built by ``scale --cache`` (at 1M: most of an hour) serves here too
+        reuse = (folder / "memory.sqlite").exists()
         store = EpisodicMemory(
             folder,
             embedder={"name": "hashing", "dim": DIM},
-            index={"name": "hnsw", "ef_construction": args.ef_construction},
+            index=None if reuse else {"name": "hnsw", "ef_construction": args.ef_construction},
             cache=False,
             flush_every=10**9,
         )
+        out["index_spec"] = store.index_spec
         if len(store) not in (0, args.n):
             raise SystemExit(f"the cached store {folder} holds {len(store)} items, not {args.n}")
         for start in range(len(store), args.n, 10_000):  # nothing to add when the cache is full
