@@ -148,12 +148,23 @@ class RowCache:
         self.hits += n
         if n == len(ids):
             return out
-        # from the first miss on through _fields (which reads the misses from SQLite at once)
-        for fields, s in zip(self._fields(ids[n:], checked=True), similarities[n:], strict=True):
-            if fields is not None:
-                item = fields_item(fields)
-                item.score = item.similarity = s
+        # from the first miss on: the rows not cached read from SQLite in one statement
+        rest, rest_sims = ids[n:], similarities[n:]
+        missing = [i for i in rest if i not in cached]
+        self.misses += len(missing)
+        self.hits += len(rest) - len(missing)
+        for row in self.rows.fetch_rows(missing):
+            cached[row[0]] = item_fields(row)
+        for i, s in zip(rest, rest_sims, strict=True):
+            fields = cached.get(i)
+            if fields is not None:  # None: gone from SQLite (the index and the rows disagree)
+                move(i)
+                item = new(MemoryItem)
+                item.__dict__ = d = fields.copy()
+                d["score"] = d["similarity"] = s
                 out.append(item)
+        while len(cached) > self.size:
+            cached.popitem(last=False)
         return out
 
     def forget(self, ids: Iterable[int]) -> None:
