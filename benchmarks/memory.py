@@ -17,7 +17,9 @@ the index is built once), and each time it reaches a size in --sizes it is searc
 time:
   - ``bare``: hnswlib's ``knn_query`` on the store's own graph (the library call),
   - ``index``: our ``HnswIndex.search`` (the same graph; ratio = our overhead),
-  - ``store``: ``EpisodicMemory.search`` with a query vector (index + SQLite row fetch),
+  - ``store``: ``EpisodicMemory.search`` with a query vector, the hits' rows in its row cache
+    (one untimed pass first), and ``store_uncached``: the same with the cache bypassed (index +
+    SQLite row fetch),
   - ``exact``: ``ExactIndex.search`` (a matmul over all N),
   - ``filtered``: ``EpisodicMemory.search`` with a metadata filter matching ~10% of items (and its
     recall@10 against the exact top 10 among the matching items),
@@ -25,16 +27,28 @@ and the time spent inside hnswlib's ``add_items`` during the adds (the bare libr
 
 ``overhead``: the bare hnswlib call, our ``HnswIndex.search`` and ``EpisodicMemory.search`` on the
 same graph, every (call, query) pair once per round in a random order, so that load swings and cache
-warmth hit all three alike: p50/p99 of each and their ratios.
+warmth hit all of them alike: p50/p99 of each and their ratios. The store is timed twice, the two
+ends of its row cache (``toolbox.memory.row_cache``): ``store`` with the hits' rows in the cache
+(one untimed pass over the queries first: a long-lived store asked about what it was asked before)
+and ``store_uncached`` with the cache bypassed (every hit read from SQLite: a store asked only new
+things). A real workload lies between the two.
 
     python benchmarks/memory.py libraries --n 100000 --out benchmarks/results/memory_libraries.json
     nice -n 5 python benchmarks/memory.py scale --sizes 100000 1000000 --out benchmarks/results/memory_scale.json
     nice -n 5 python benchmarks/memory.py overhead --n 50000 --out benchmarks/results/memory_overhead.json
 
 ``--cache DIR`` keeps the store in DIR (for example under work/, which git ignores) and reuses it when
-a later run finds it there: a 1M store takes most of an hour to build on a shared 2-core machine, so
-build it once (``scale ... --cache work/memory-bench-1m --build-only`` at low priority) and time
-searches in later runs at normal priority.
+a later run finds it there (``overhead`` opens it with its own index settings, so a store that
+``scale`` built serves it too): a 1M store takes most of an hour to build on a shared 2-core
+machine, so build it once at low priority and time searches in later runs at normal priority::
+
+    nice -n 19 python benchmarks/memory.py scale --sizes 1000000 --M 16 --ef-construction 100 \\
+        --flush-every 250000 --chunk 20000 --cache work/memory-bench-1m --build-only
+    taskset -c 1 python benchmarks/memory.py scale --sizes 1000000 --M 16 --ef-construction 100 \\
+        --flush-every 250000 --cache work/memory-bench-1m --queries 1000 --ef 64 128 192 256 384 \\
+        --filter-ef 64 --filter-queries 200 --exact-queries 30 --out benchmarks/results/memory_scale_1m.json
+    taskset -c 1 python benchmarks/memory.py overhead --n 1000000 --queries 500 --rounds 3 \\
+        --ef 64 128 256 --cache work/memory-bench-1m --out benchmarks/results/memory_overhead_1m.json
 
 The machine is shared: the JSON records the load average before and after each part.
 """
@@ -325,19 +339,29 @@ def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, ar
         graph.set_ef(ef)
         bare_lat, bare_found = timed(lambda q: graph.knn_query(q, k=10, num_threads=1)[0][0], queries)
         ours_lat, ours_found = timed(lambda q: index.search(q, 10)[0][0], queries)
+        for q in queries:  # "store": the hits' rows in the row cache (see ``overhead``)
+            store.search(q, k=10)
         store_lat, store_found = timed(lambda q: np.array([it.id for it in store.search(q, k=10)]), queries)
+        size, store._cache.size = store._cache.size, 0  # "store_uncached": every hit read from SQLite
+        uncached_lat, uncached_found = timed(
+            lambda q: np.array([it.id for it in store.search(q, k=10)]), queries
+        )
+        store._cache.size = size
         row["search"].append(
             {
                 "ef": ef,
                 "bare": {**bare_lat, "recall_at_10": recall(labels_to_rows(index, bare_found), truth)},
                 "index": {**ours_lat, "recall_at_10": recall(ours_found - 1, truth)},
                 "store": {**store_lat, "recall_at_10": recall(store_found - 1, truth)},
+                "store_uncached": {**uncached_lat, "recall_at_10": recall(uncached_found - 1, truth)},
                 "index_over_bare_p50": ours_lat["p50_ms"] / bare_lat["p50_ms"],
                 "index_over_bare_p99": ours_lat["p99_ms"] / bare_lat["p99_ms"],
                 "store_over_bare_p50": store_lat["p50_ms"] / bare_lat["p50_ms"],
+                "store_uncached_over_bare_p50": uncached_lat["p50_ms"] / bare_lat["p50_ms"],
             }
         )
         print(f"n={n} ef={ef}:", json.dumps(row["search"][-1]), flush=True)
+    row["row_cache"] = store._cache.stats()
     # a broad filter (~10% of the items, above exact_below): the graph oversampled, then SQL-filtered
     index.ef_search = args.filter_ef
     fq = queries[: args.filter_queries]
@@ -375,13 +399,17 @@ def bench_overhead(args) -> dict:
     folder = Path(args.cache) if args.cache else Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
     out: dict = {"n": args.n, "queries": args.queries, "rounds": args.rounds, "load_before": load()}
     try:
+        # a cached store is opened with its own index settings (another spec would rebuild its
+        # graph), so a store built by ``scale --cache`` (at 1M: most of an hour) serves here too
+        reuse = (folder / "memory.sqlite").exists()
         store = EpisodicMemory(
             folder,
             embedder={"name": "hashing", "dim": DIM},
-            index={"name": "hnsw", "ef_construction": args.ef_construction},
+            index=None if reuse else {"name": "hnsw", "ef_construction": args.ef_construction},
             cache=False,
             flush_every=10**9,
         )
+        out["index_spec"] = store.index_spec
         if len(store) not in (0, args.n):
             raise SystemExit(f"the cached store {folder} holds {len(store)} items, not {args.n}")
         for start in range(len(store), args.n, 10_000):  # nothing to add when the cache is full
@@ -389,16 +417,28 @@ def bench_overhead(args) -> dict:
                 [f"memory {i}" for i in range(start, min(args.n, start + 10_000))],
                 vectors=data[start : start + 10_000],
             )
-        index, graph = store.index, store.index._index
+        index, graph, cache = store.index, store.index._index, store._cache
+        size = cache.size
+
+        def uncached(q):  # the same search with the row cache bypassed: every hit read from SQLite
+            cache.size = 0
+            try:
+                return store.search(q, k=10)
+            finally:
+                cache.size = size
+
         calls = {
             "bare": lambda q: graph.knn_query(q, k=10, num_threads=1),
             "index": lambda q: index.search(q, 10),
             "store": lambda q: store.search(q, k=10),
+            "store_uncached": uncached,
         }
         out["ef"] = {}
         for ef in args.ef:
             index.ef_search = ef
             graph.set_ef(ef)
+            for q in queries:  # "store" is timed with these queries' rows in its row cache
+                store.search(q, k=10)
             times: dict[str, list[float]] = {name: [] for name in calls}
             rng = np.random.default_rng(ef)
             for _ in range(args.rounds):
@@ -414,8 +454,12 @@ def bench_overhead(args) -> dict:
             out["ef"][str(ef)] = {
                 **{f"{name}_p50_ms": float(np.percentile(v, 50)) for name, v in ms.items()},
                 **{f"{name}_p99_ms": float(np.percentile(v, 99)) for name, v in ms.items()},
-                "index_over_bare_p50": float(np.percentile(ms["index"], 50) / np.percentile(ms["bare"], 50)),
-                "store_over_bare_p50": float(np.percentile(ms["store"], 50) / np.percentile(ms["bare"], 50)),
+                **{
+                    f"{name}_over_bare_p50": float(np.percentile(v, 50) / np.percentile(ms["bare"], 50))
+                    for name, v in ms.items()
+                    if name != "bare"
+                },
+                "row_cache": cache.stats(),
             }
             print(f"ef={ef}:", json.dumps(out["ef"][str(ef)]), flush=True)
         store.close()

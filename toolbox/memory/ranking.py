@@ -17,6 +17,7 @@ before the metadata index held the JSON type, and 24 ms after: more than the sea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,12 +34,13 @@ def query_vector(embedder: Embedder, query: str | np.ndarray) -> np.ndarray:
     """A ``(1, dim)`` unit query vector: the text embedded, or the given vector normalised."""
     if isinstance(query, str):
         return embedder.embed([query])
-    qv = np.asarray(query, dtype=np.float32).reshape(1, -1)
-    norm = float(np.sqrt(qv[0] @ qv[0]))  # one row: a dot product, cheaper than normalize_rows
-    qv = qv / norm if norm > 0 else np.ascontiguousarray(qv)
-    if qv.shape[1] != embedder.dim:
-        raise ConfigError(f"search: the query vector has {qv.shape[1]} dimensions, the store {embedder.dim}.")
-    return qv
+    q = np.asarray(query, dtype=np.float32)
+    if q.ndim != 1:
+        q = q.reshape(-1)
+    if len(q) != embedder.dim:
+        raise ConfigError(f"search: the query vector has {len(q)} dimensions, the store {embedder.dim}.")
+    norm = math.sqrt(q @ q)  # one row: a dot product, cheaper than normalize_rows
+    return (q * (1.0 / norm) if norm > 0 else q.copy()).reshape(1, -1)
 
 
 def text_candidates(
@@ -57,6 +59,25 @@ def text_candidates(
         extra_sims = index.get(np.array(extra, dtype=np.int64)) @ qv[0]
         cand.update(zip(extra, extra_sims.tolist(), strict=True))
     return text_scores
+
+
+def nearest(
+    index: VectorIndex, qv: np.ndarray, k: int, min_score: float | None
+) -> tuple[list[int], list[float]]:
+    """The ``k`` nearest ids and their similarities, best first (ties: the smaller id first), those
+    below ``min_score`` dropped: the whole ranking of a search by similarity alone."""
+    found, scores = index.search(qv, k)
+    ids, sims = found.ravel().tolist(), scores.ravel().tolist()  # one query: one row
+    if ids and ids[-1] < 0:  # fewer than k items: padding
+        n = ids.index(-1)
+        ids, sims = ids[:n], sims[:n]
+    if min_score is not None:
+        keep = [j for j, s in enumerate(sims) if s >= min_score]
+        ids, sims = [ids[j] for j in keep], [sims[j] for j in keep]
+    if len(set(sims)) < len(sims):  # a tie: the index orders it as it likes, we by id
+        pairs = sorted(zip(sims, ids, strict=True), key=lambda p: (-p[0], p[1]))
+        sims, ids = [p[0] for p in pairs], [p[1] for p in pairs]
+    return ids, sims
 
 
 def _hits(ids: np.ndarray, sims: np.ndarray) -> dict[int, float]:

@@ -115,21 +115,34 @@ MemoryItem.metadata = property(_get_metadata, _set_metadata)  # type: ignore[ass
 _NEW_ITEM = object.__new__
 
 
+def item_fields(row: Sequence[Any]) -> dict[str, Any]:
+    """The instance dict of the ``MemoryItem`` of a row of ``ITEM_COLUMNS`` (metadata as JSON text)."""
+    return {
+        "id": row[0],
+        "text": row[1],
+        "_metadata_json": row[2],
+        "timestamp": row[3],
+        "importance": row[4],
+        "created_at": row[5],
+        "updated_at": row[6],
+        "accessed_at": row[7],
+        "score": None,
+        "similarity": None,
+    }
+
+
 def row_item(row: Sequence[Any]) -> MemoryItem:
     """A ``MemoryItem`` from a row of ``ITEM_COLUMNS`` (metadata decoded when first read)."""
     item = _NEW_ITEM(MemoryItem)
-    item.__dict__.update(
-        id=row[0],
-        text=row[1],
-        _metadata_json=row[2],
-        timestamp=row[3],
-        importance=row[4],
-        created_at=row[5],
-        updated_at=row[6],
-        accessed_at=row[7],
-        score=None,
-        similarity=None,
-    )
+    item.__dict__ = item_fields(row)
+    return item
+
+
+def fields_item(fields: dict[str, Any]) -> MemoryItem:
+    """A ``MemoryItem`` with a copy of ``item_fields``' dict (a dict copy: 2.5x cheaper than
+    building one, which matters for the ten items of every search)."""
+    item = _NEW_ITEM(MemoryItem)
+    item.__dict__ = fields.copy()
     return item
 
 
@@ -243,11 +256,15 @@ class RowStore:
 
     def fetch(self, ids: list[int]) -> list[MemoryItem]:
         """The items with these ids (in SQLite's order; ids that are gone are left out)."""
+        return list(map(row_item, self.fetch_rows(ids)))
+
+    def fetch_rows(self, ids: list[int]) -> list[tuple[Any, ...]]:
+        """The rows (``ITEM_COLUMNS``) with these ids, in SQLite's order; ids that are gone are left out."""
         assert self.db is not None
         execute, out = self.db.execute, []
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]
-            out.extend(map(row_item, execute(_fetch_sql(len(chunk)), chunk).fetchall()))
+            out.extend(execute(_fetch_sql(len(chunk)), chunk).fetchall())
         return out
 
     def where(self, where: str, params: Sequence[Any]) -> list[int]:

@@ -12,7 +12,8 @@ This module is the public face; each part is a module of its own: the SQLite row
 (``toolbox.memory.recovery``), the embedder and index checks on opening (``toolbox.memory.opening``),
 the size limit (``toolbox.memory.eviction``), the candidates and ranking of a search
 (``toolbox.memory.ranking``), deduplication (``toolbox.memory.dedupe``), what an add accepts
-(``toolbox.memory.records``) and the metadata filters (``toolbox.memory.filters``).
+(``toolbox.memory.records``), the metadata filters (``toolbox.memory.filters``) and the
+in-memory rows of the items searches return (``toolbox.memory.row_cache``).
 
 Why this file is longer than ~400 lines: it is the whole public API of one class (open, add,
 search, get, update, delete, history, flush, stats, export, close) with its argument docs; every
@@ -40,6 +41,7 @@ from toolbox.memory.filters import compile_filter, dumps_metadata
 from toolbox.memory.opening import acquire_lock, open_rows, resolve_index_spec
 from toolbox.memory.records import batch, check_text, from_record, to_time
 from toolbox.memory.recovery import IndexLog
+from toolbox.memory.row_cache import RowCache
 from toolbox.memory.rows import SCHEMA_VERSION, MemoryItem, MemoryStoreError, RowStore, Transaction
 
 __all__ = ["EpisodicMemory", "MemoryItem", "MemoryStoreError", "SCHEMA_VERSION"]
@@ -68,6 +70,9 @@ class EpisodicMemory:
             if larger); the pending log covers the changes in between.
         index_fields: metadata keys to give an SQLite expression index, so filters on them do not
             scan every row (worth it for fields filtered on often in a large store).
+        row_cache: how many item rows searches keep in memory (least recently returned dropped
+            first; 0: every search reads its hits from SQLite). Never stale: see
+            ``toolbox.memory.row_cache``.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class EpisodicMemory:
         cache: bool = True,
         flush_every: int = 10_000,
         index_fields: Sequence[str] = (),
+        row_cache: int = 10_000,
     ) -> None:
         if dedupe not in DEDUPE:
             raise ConfigError(f"memory.dedupe: expected one of {', '.join(DEDUPE)}, got {dedupe!r}.")
@@ -89,6 +95,8 @@ class EpisodicMemory:
             raise ConfigError(f"memory.eviction: expected one of {', '.join(EVICTION)}, got {eviction!r}.")
         if max_items is not None and max_items < 1:
             raise ConfigError(f"memory.max_items: must be at least 1 (or None), got {max_items}.")
+        if row_cache < 0:
+            raise ConfigError(f"memory.row_cache: must be at least 0 (0: off), got {row_cache}.")
         self.path = Path(path)
         self.dedupe, self.dedupe_threshold = dedupe, dedupe_threshold
         self.max_items, self.eviction, self.flush_every = max_items, eviction, flush_every
@@ -97,6 +105,7 @@ class EpisodicMemory:
         self._rows: RowStore | None = None
         try:
             self._rows, self.embedder, self._embedder_spec, meta = open_rows(self.path, embedder)
+            self._cache = RowCache(self._rows, row_cache)
             index_spec = resolve_index_spec(index, meta)
             if meta is None:
                 self._create(index_spec)
@@ -199,12 +208,14 @@ class EpisodicMemory:
             if self.dedupe == "merge":
                 for i in range(n):
                     if duplicate_of[i] is not None:
+                        self._cache.forget([ids[i]])  # before the commit (toolbox.memory.row_cache)
                         merge(db, ids[i], texts[i], metadatas[i], stamps[i], importances[i], now)
             RowStore.record(db, history)
             first_seq = IndexLog.log(db, pending)
             RowStore.add_fields(db, keys)
             evicted = victims(db, self.eviction, self._count + len(new_rows), self.max_items)
             if evicted:
+                self._cache.forget(evicted)
                 RowStore.delete_rows(db, evicted, "evict", now)
                 IndexLog.log(db, [(i, None) for i in evicted])
         # committed: now the in-memory state follows
@@ -226,8 +237,19 @@ class EpisodicMemory:
         assert self._rows is not None
         item = self._rows.get(int(item_id))
         if item is not None and self.eviction == "lru":
-            self._rows.touch([item.id], time.time())
+            self._touch([item.id])
         return item
+
+    def _touch(self, ids: list[int]) -> None:
+        """The ``lru`` clock: these items were just used (in SQLite and in the cached rows)."""
+        assert self._rows is not None
+        now = time.time()
+        self._cache.touched(ids, now)
+        try:
+            self._rows.touch(ids, now)
+        except BaseException:  # not written (or not known to be): the cache must not claim it
+            self._cache.forget(ids)
+            raise
 
     def __len__(self) -> int:
         return self._count
@@ -277,6 +299,11 @@ class EpisodicMemory:
         text = isinstance(query, str)
         qv = ranking.query_vector(self.embedder, query)
         blend = recency_half_life is not None or (text_weight > 0 and text)
+        if not filters and not blend:  # similarity alone: the index's order is the ranking
+            out = self._cache.ranked(*ranking.nearest(self.index, qv, k, min_score))
+            if self.eviction == "lru" and out:
+                self._touch([it.id for it in out])
+            return out
         n_cand = max(4 * k, 50) if blend else k
         cand = ranking.vector_candidates(self.index, rows, self._fields, self._count, qv, n_cand, filters)
         if cand is None:
@@ -290,11 +317,10 @@ class EpisodicMemory:
         if not cand:
             return []
         now = time.time() if now is None else now
-        out = ranking.rank(
-            rows.fetch(list(cand)), cand, k, now, recency_half_life, recency_weight, text_scores, text_weight
-        )
+        items = self._cache.fetch(list(cand))
+        out = ranking.rank(items, cand, k, now, recency_half_life, recency_weight, text_scores, text_weight)
         if self.eviction == "lru" and out:
-            rows.touch([it.id for it in out], time.time())
+            self._touch([it.id for it in out])
         return out
 
     # changing -------------------------------------------------------------------------------------
@@ -320,6 +346,7 @@ class EpisodicMemory:
         new_time = item.timestamp if timestamp is None else to_time(timestamp, now)
         new_importance = item.importance if importance is None else float(importance)
         vector = self.embedder.embed([new_text])[0] if new_text != item.text else None
+        self._cache.forget([item.id])  # before the commit (toolbox.memory.row_cache)
         with self._transaction() as db:
             RowStore.update(db, item.id, new_text, meta_json, new_time, new_importance, now)
             if vector is not None:
@@ -353,6 +380,7 @@ class EpisodicMemory:
         return len(ids)
 
     def _delete_ids(self, ids: list[int], op: str) -> None:
+        self._cache.forget(ids)  # before the commit (toolbox.memory.row_cache)
         with self._transaction() as db:
             RowStore.delete_rows(db, ids, op, time.time())
             IndexLog.log(db, [(i, None) for i in ids])
@@ -414,6 +442,7 @@ class EpisodicMemory:
             "dedupe": self.dedupe,
             "schema_version": SCHEMA_VERSION,
             "bytes_on_disk": size,
+            "row_cache": self._cache.stats(),
         }
 
     def export(self, path: str | Path, filters: Mapping[str, Any] | None = None) -> int:
@@ -435,6 +464,8 @@ class EpisodicMemory:
         self._close_handles()
 
     def _close_handles(self) -> None:
+        if getattr(self, "_cache", None) is not None:
+            self._cache.close()  # before the connection (toolbox.memory.row_cache.RowCache.close)
         inner = getattr(self, "embedder", None)
         if inner is not None and hasattr(inner, "close"):
             inner.close()

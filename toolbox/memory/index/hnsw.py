@@ -131,7 +131,7 @@ class HnswIndex(VectorIndex):
             allowed = np.asarray(allowed, dtype=np.int64).reshape(-1)
             if len(allowed) <= max(self.exact_below, k):
                 return self.exact_search(queries, k, allowed)
-        n = len(self._vectors) if allowed is None else len(allowed)
+        n = len(self._label) if allowed is None else len(allowed)  # _label: the live ids (a dict len)
         kk = min(k, n)
         if kk == 0:
             return np.full((len(queries), k), -1, dtype=np.int64), np.full(
