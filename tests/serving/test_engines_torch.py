@@ -374,6 +374,9 @@ def test_unsupported_architectures_and_fields_are_named(tokenizer):
     short = transformers.Gemma2ForCausalLM(_config("gemma2", vocab, sliding_window=64))
     with pytest.raises(ConfigError, match="sliding window"):
         ENGINES.build({"name": "torch", "max_model_len": 128}, model=short, tokenizer=tokenizer)
+    both = transformers.Gemma3ForCausalLM(_config("gemma3", vocab, use_bidirectional_attention=True))
+    with pytest.raises(ConfigError, match="use_bidirectional_attention=True; set it false"):
+        ENGINES.build({"name": "torch"}, model=both, tokenizer=tokenizer)
 
 
 def test_a_failed_step_fails_its_requests_and_the_engine_keeps_serving(
@@ -458,7 +461,8 @@ def test_batch_limit_follows_the_kv_cache_budget(model, tokenizer):
 def _config(family: str, vocab: int, **overrides):
     """A tiny config of a non-Llama family: Gemma with grouped-query attention and a head_dim that
     is not hidden / heads, Gemma2 with its post norms, final softcapping and query_pre_attn_scalar,
-    GPT-2 with learned positions, LayerNorms and Conv1D projections."""
+    Gemma3 with q/k norms and two rotary bases, GPT-2 with learned positions, LayerNorms and
+    Conv1D projections."""
     import transformers
 
     if family == "gpt2":
@@ -473,6 +477,13 @@ def _config(family: str, vocab: int, **overrides):
         "head_dim": 32,
         "max_position_embeddings": 128,
     }
+    if family == "gemma3":  # q/k norms; a sliding (rotary base 1e4) and a full (1e6) layer
+        fields |= {
+            "final_logit_softcapping": 3.0,
+            "query_pre_attn_scalar": 24,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"],
+        }
     if family == "gemma2":
         fields |= {
             "attn_logit_softcapping": None,
@@ -480,11 +491,15 @@ def _config(family: str, vocab: int, **overrides):
             "query_pre_attn_scalar": 24,
             "sliding_window": 128,
         }
-    config_class = {"gemma": transformers.GemmaConfig, "gemma2": transformers.Gemma2Config}[family]
+    config_class = {
+        "gemma": transformers.GemmaConfig,
+        "gemma2": transformers.Gemma2Config,
+        "gemma3": transformers.Gemma3TextConfig,
+    }[family]
     return config_class(vocab_size=vocab, **{**fields, **overrides})
 
 
-@pytest.mark.parametrize("family", ["gpt2", "gemma", "gemma2"])
+@pytest.mark.parametrize("family", ["gpt2", "gemma", "gemma2", "gemma3"])
 def test_greedy_equals_hf_for_gpt2_and_gemma_families(family, engine_for, tokenizer):
     import transformers
 
@@ -495,6 +510,7 @@ def test_greedy_equals_hf_for_gpt2_and_gemma_families(family, engine_for, tokeni
         "gpt2": transformers.GPT2LMHeadModel,
         "gemma": transformers.GemmaForCausalLM,
         "gemma2": transformers.Gemma2ForCausalLM,
+        "gemma3": transformers.Gemma3ForCausalLM,
     }[family]
     torch.manual_seed(3)
     model = model_class(config).eval()
@@ -507,6 +523,19 @@ def test_greedy_equals_hf_for_gpt2_and_gemma_families(family, engine_for, tokeni
     for prompt, out in zip(PROMPTS, outs, strict=True):
         assert out.completions[0].token_ids == hf_greedy(model, tokenizer, prompt, 16), prompt
     assert len({tuple(o.completions[0].token_ids) for o in outs}) > 1  # not one degenerate output
+    # the logits themselves, prefilled and then decoded one step (closer than greedy tokens can tell)
+    from toolbox.serving.engines.runner import SlotRunner
+
+    ids = tokenizer(PROMPTS[3])["input_ids"]
+    runner = SlotRunner(model, max_slots=1, max_model_len=64, linear="torch")
+    with torch.inference_mode():
+        full = model(torch.tensor([ids])).logits[0]
+        prefilled = runner.prefill([0], [ids[:-1]])
+        step = runner.decode(
+            torch.tensor([ids[-1]]), torch.tensor([len(ids) - 1]), len(ids) - 1, len(ids) - 1
+        )
+    torch.testing.assert_close(prefilled[0], full[-2], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(step[0], full[-1], rtol=1e-5, atol=1e-5)
 
 
 def test_gemma_and_layer_norms_are_the_modules_bit_for_bit():

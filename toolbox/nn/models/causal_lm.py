@@ -12,8 +12,8 @@ that family. What each family covers here:
 | gemma (GeGLU, scaled embeddings, 1 + weight norms) | falls back to the model's forward | yes |
 | gpt2 (learned positions, LayerNorm, Conv1D) | falls back to the model's forward | yes |
 
-The torch engine also serves a saved Gemma2 model (not built here) without attention-logit
-softcapping; what it refuses it names (``toolbox.serving.engines.architectures``).
+The torch engine also serves saved Gemma2 and Gemma 3 text models (not built here) without
+attention-logit softcapping; what it refuses it names (``toolbox.serving.engines.architectures``).
 """
 
 from __future__ import annotations

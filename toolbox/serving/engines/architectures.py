@@ -13,12 +13,14 @@ says which pieces a model has:
 | llama, mistral, qwen2 (q/k/v bias), qwen3 (q/k norm) | ``model.layers`` | RMSNorm | rope | SiLU-gated | plain |
 | gemma | ``model.layers`` | RMSNorm ``(1 + w)`` | rope, any head_dim | GeGLU | ``* sqrt(hidden)`` |
 | gemma2 | as gemma, + norms after attention and MLP | ``(1 + w)`` | ``query_pre_attn_scalar`` | GeGLU | ``* sqrt(hidden)`` |
+| gemma3_text | as gemma2, + q/k norms | ``(1 + w)`` | a rotary base per layer type | GeGLU | ``* sqrt(hidden)`` |
 | gpt2 | ``transformer.h`` | LayerNorm with bias | learned positions, fused Conv1D c_attn | GELU | ``+ wpe`` |
 
-Gemma2's final logit softcapping is applied; its attention-logit softcapping
-(``attn_logit_softcapping``) is refused (the attention would leave SDPA), as is a sliding window
-shorter than ``max_model_len`` (checked by the runner). Gemma 3 (per-layer-type rotary bases) and
-GPT-2 with cross-attention or ``reorder_and_upcast_attn`` are refused with the field named.
+Gemma2's final logit softcapping is applied. Refused, with the field named: attention-logit
+softcapping (``attn_logit_softcapping``: the attention would leave SDPA), bidirectional attention
+(``use_bidirectional_attention``), a sliding window shorter than ``max_model_len`` (checked by
+the runner), GPT-2's ``add_cross_attention`` and ``reorder_and_upcast_attn``. Gemma 3's
+multimodal ``Gemma3ForConditionalGeneration`` is another model type: ``engine=hf``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from torch import nn
 from toolbox.core.errors import ConfigError
 
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen3")
-GEMMA = ("gemma", "gemma2")
+GEMMA = ("gemma", "gemma2", "gemma3_text")
+#: families whose layers norm the attention and MLP outputs too (pre/post feed-forward norms)
+POST_NORMS = ("gemma2", "gemma3_text")
 SUPPORTED = (*LLAMA_LAYOUT, *GEMMA, "gpt2")
 
 
@@ -58,10 +62,12 @@ def check_supported(model: Any) -> str:
             raise _refuse(model_type, "add_cross_attention", True, "set it false")
         if getattr(config, "reorder_and_upcast_attn", False):
             raise _refuse(model_type, "reorder_and_upcast_attn", True, "set it false")
-    if model_type == "gemma2" and getattr(config, "attn_logit_softcapping", None) is not None:
+    if model_type in POST_NORMS and getattr(config, "attn_logit_softcapping", None) is not None:
         raise _refuse(
             model_type, "attn_logit_softcapping", config.attn_logit_softcapping, "set it null (None)"
         )
+    if getattr(config, "use_bidirectional_attention", False):
+        raise _refuse(model_type, "use_bidirectional_attention", True, "set it false")
     return model_type
 
 
@@ -91,6 +97,9 @@ class Layout:
         act = self.layers[0].mlp.act if gpt2 else self.layers[0].mlp.act_fn
         self.act = F.silu if isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation" else act
         self.logit_softcap = getattr(config, "final_logit_softcapping", None)
+        # Gemma 3: one rotary base per layer type (local sliding layers, global layers)
+        per_type = self.model_type == "gemma3_text"
+        self.rope_kinds = [config.layer_types[i] if per_type else None for i in range(len(self.layers))]
         self.norms = [self.final_norm, *(n for layer in self.layers for n in self.layer_norms(layer))]
 
     def layer_norms(self, layer: Any) -> list[Any]:
@@ -98,9 +107,19 @@ class Layout:
         if self.model_type == "gpt2":
             return [layer.ln_1, layer.ln_2]
         names = ["input_layernorm", "post_attention_layernorm"]
-        if self.model_type == "gemma2":
+        if self.model_type in POST_NORMS:
             names += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         return [getattr(layer, n) for n in names]
+
+    def rope_is_static(self) -> bool:
+        """Whether the rotary tables depend on the positions only (then the runner computes them once)."""
+        kind = getattr(self.rotary, "rope_type", "default")
+        kinds = set(kind.values()) if isinstance(kind, dict) else {kind}
+        return not kinds & {"dynamic", "longrope"}
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, kind: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's own rotary module: ``(cos, sin)`` at ``positions`` for layers of ``kind``."""
+        return self.rotary(x, positions) if kind is None else self.rotary(x, positions, kind)
 
     def embed_tokens(self, ids: torch.Tensor, positions: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The input of the first layer for ``ids`` at ``positions`` (same shape as ``ids``)."""

@@ -119,7 +119,7 @@ class LayerWeights:
         w.q_norm = getattr(a, "q_norm", None)
         w.k_norm = getattr(a, "k_norm", None)
         w.w_o, w.b_o = pack(a.o_proj.weight), a.o_proj.bias
-        if model_type == "gemma2":  # post-attention norm on the attention output, then pre/post MLP
+        if model_type in ("gemma2", "gemma3_text"):  # a norm after attention; norms before/after the MLP
             w.attn_out_norm = norm_of(layer.post_attention_layernorm, fast_norm)
             w.norm2 = norm_of(layer.pre_feedforward_layernorm, fast_norm)
             w.mlp_out_norm = norm_of(layer.post_feedforward_layernorm, fast_norm)

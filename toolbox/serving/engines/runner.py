@@ -9,8 +9,8 @@ reads the cache through views, with a ``[B, 1, 1, L]`` mask hiding each row's un
 The forward reuses the model's own modules (embedding, norms, projections, rotary embedding, MLP,
 head), so the numbers are the model's, and only orchestrates them around the cache, skipping
 transformers' per-call machinery (mask building, cache objects, output classes). Supported: Llama,
-Mistral, Qwen2 (q/k/v biases), Qwen3 (q/k norms), Gemma, Gemma2 (without attention softcapping)
-and GPT-2; ``architectures.py`` maps each onto the one layer computed here and names what it
+Mistral, Qwen2 (q/k/v biases), Qwen3 (q/k norms), Gemma, Gemma2 and Gemma 3 text (without
+attention-logit softcapping) and GPT-2; ``architectures.py`` maps each onto the one layer computed here and names what it
 refuses.
 
 On a CPU the projections run through oneDNN with weights reordered once into its blocked layout
@@ -110,13 +110,15 @@ class SlotRunner:
         self._head: tuple = ()
         self._fast_norm = self.dtype == torch.float32
         self._act = layout.act
-        rotary = layout.rotary
-        self._cos = self._sin = None
-        if rotary is not None and getattr(rotary, "rope_type", "default") not in ("dynamic", "longrope"):
+        self._tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] | None = None
+        if layout.rotary is not None and layout.rope_is_static():
             with torch.no_grad():
                 probe = torch.zeros(1, dtype=self.dtype, device=self.device)
-                cos, sin = self._signed(*rotary(probe, self._positions.unsqueeze(0)))
-            self._cos, self._sin = cos[0], sin[0]
+                every = self._positions.unsqueeze(0)
+                self._tables = {
+                    kind: tuple(t[0] for t in self._signed(*layout.rope(probe, every, kind)))
+                    for kind in set(layout.rope_kinds)
+                }
         self.ensure_capacity(min(initial_capacity, max_model_len))
 
     # cache ---------------------------------------------------------------------------------------
@@ -188,26 +190,33 @@ class SlotRunner:
         self._cached = None
 
     # forward -------------------------------------------------------------------------------------
-    def _rope_tables(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[Any, Any]:
-        """cos and a signed sin, ``[B, 1, T, D]``: ``rope(x) = x*cos + swap_halves(x)*sin_signed``
-        (``None, None`` for a model without rotary embeddings: GPT-2).
+    def _rope_tables(self, x: torch.Tensor, positions: torch.Tensor) -> dict[Any, Any] | None:
+        """For each rope kind (one, or Gemma 3's per layer type) cos and a signed sin,
+        ``[B, 1, T, D]``: ``rope(x) = x*cos + swap_halves(x)*sin_signed``; None for a model
+        without rotary embeddings (GPT-2).
 
         ``swap_halves(x) * sin_signed`` equals transformers' ``rotate_half(x) * sin`` exactly. The
         tables of position-independent rope types are computed once by the model's own module.
         """
         if self.layout.rotary is None:
-            return None, None
-        if self._cos is not None:
-            return self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
-        cos, sin = self._signed(*self.layout.rotary(x, positions))
-        return cos.unsqueeze(1), sin.unsqueeze(1)
+            return None
+        if self._tables is not None:
+            return {
+                k: (c[positions].unsqueeze(1), s[positions].unsqueeze(1))
+                for k, (c, s) in self._tables.items()
+            }
+        tables = {}
+        for kind in set(self.layout.rope_kinds):
+            cos, sin = self._signed(*self.layout.rope(x, positions, kind))
+            tables[kind] = (cos.unsqueeze(1), sin.unsqueeze(1))
+        return tables
 
     def _signed(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         half = self.head_dim // 2
         return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
     def _layer(
-        self, i: int, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend
+        self, i: int, w: LayerWeights, x: torch.Tensor, rope: dict[Any, Any] | None, attend
     ) -> torch.Tensor:
         """One decoder layer; ``attend(i, q, k, v)`` stores k/v in the cache and returns attention."""
         b, t = x.shape[:2]
@@ -220,7 +229,8 @@ class SlotRunner:
         else:
             qk = qkv[:, :, : nh + nkv]
         qk = qk.transpose(1, 2)
-        if cos is not None:
+        if rope is not None:
+            cos, sin = rope[self.layout.rope_kinds[i]]
             swapped = qk.reshape(b, nh + nkv, t, 2, d // 2).flip(-2).reshape(b, nh + nkv, t, d)
             qk = qk * cos + swapped * sin
         o = attend(i, qk[:, :nh], qk[:, nh:], v)
@@ -262,9 +272,9 @@ class SlotRunner:
             )
 
         x = self.layout.embed_tokens(ids, self._positions[:t].unsqueeze(0), self._head[0])
-        cos, sin = self._rope_tables(x, self._positions[:t].unsqueeze(0))
+        rope = self._rope_tables(x, self._positions[:t].unsqueeze(0))
         for i, w in enumerate(weights):
-            x = self._layer(i, w, x, cos, sin, attend)
+            x = self._layer(i, w, x, rope, attend)
         last = torch.tensor([n - 1 for n in lengths], device=self.device)
         return self._logits(x[torch.arange(len(prompts), device=self.device), last])
 
@@ -314,9 +324,9 @@ class SlotRunner:
             )
 
         x = self.layout.embed_tokens(ids, positions, self._head[0])
-        cos, sin = self._rope_tables(x, positions)
+        rope = self._rope_tables(x, positions)
         for i, w in enumerate(weights):
-            x = self._layer(i, w, x, cos, sin, attend)
+            x = self._layer(i, w, x, rope, attend)
         last = torch.tensor([n - 1 for n in lengths], device=self.device)
         return self._logits(x[torch.arange(b, device=self.device), last])
 
@@ -358,7 +368,7 @@ class SlotRunner:
             )
 
         x = self.layout.embed_tokens(tokens.view(b, 1), positions.view(b, 1), self._head[0])
-        cos, sin = self._rope_tables(x, positions.view(b, 1))
+        rope = self._rope_tables(x, positions.view(b, 1))
         for i, w in enumerate(weights):
-            x = self._layer(i, w, x, cos, sin, attend)
+            x = self._layer(i, w, x, rope, attend)
         return self._logits(x[:, 0])

@@ -1,7 +1,7 @@
 """``torch``: our engine for Hugging Face causal LMs, with continuous batching.
 
-It runs Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2 (without attention-logit softcapping) and
-GPT-2 models (``architectures.py`` says how, and names what it refuses); other families serve
+It runs Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2 and Gemma 3 text (without attention-logit
+softcapping) and GPT-2 models (``architectures.py`` says how, and names what it refuses); other families serve
 through ``engine=hf``.
 
 Offline (RL rollouts, evaluation)::
@@ -59,7 +59,7 @@ def batch_limit(model: Any, max_model_len: int, kv_cache_gib: float) -> int:
 
 @ENGINES.register("torch")
 class TorchEngine(InferenceEngine):
-    """Our engine (Llama, Mistral, Qwen2/3, Gemma/Gemma2, GPT-2): slot KV cache, continuous batching.
+    """Our engine (Llama, Mistral, Qwen2/3, Gemma 1-3, GPT-2): slot KV cache, continuous batching.
 
     Build it with a model and tokenizer (``ENGINES.build(spec, model=..., tokenizer=...)``; the model
     is used as it is, shared with a trainer if you like) or from ``path`` (a ``save_pretrained``
