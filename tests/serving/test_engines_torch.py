@@ -467,6 +467,7 @@ def _config(family: str, vocab: int, **overrides):
 
     if family == "gpt2":
         fields = {"n_embd": 64, "n_layer": 2, "n_head": 2, "n_inner": 96, "n_positions": 128}
+        fields["scale_attn_by_inverse_layer_idx"] = True  # a scaling per layer
         return transformers.GPT2Config(vocab_size=vocab, **{**fields, **overrides})
     fields = {
         "hidden_size": 96,

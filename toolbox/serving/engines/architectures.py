@@ -14,7 +14,7 @@ says which pieces a model has:
 | gemma | ``model.layers`` | RMSNorm ``(1 + w)`` | rope, any head_dim | GeGLU | ``* sqrt(hidden)`` |
 | gemma2 | as gemma, + norms after attention and MLP | ``(1 + w)`` | ``query_pre_attn_scalar`` | GeGLU | ``* sqrt(hidden)`` |
 | gemma3_text | as gemma2, + q/k norms | ``(1 + w)`` | a rotary base per layer type | GeGLU | ``* sqrt(hidden)`` |
-| gpt2 | ``transformer.h`` | LayerNorm with bias | learned positions, fused Conv1D c_attn | GELU | ``+ wpe`` |
+| gpt2 | ``transformer.h`` | LayerNorm with bias | learned positions, fused Conv1D c_attn, scaling per layer | GELU | ``+ wpe`` |
 
 Gemma2's final logit softcapping is applied. Refused, with the field named: attention-logit
 softcapping (``attn_logit_softcapping``: the attention would leave SDPA), bidirectional attention
