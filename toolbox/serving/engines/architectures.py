@@ -5,21 +5,23 @@ The runner (``runner.py``) computes every family with one pre-norm layer::
     x = x + out_norm(o_proj(attention(rope(qk_norm(qkv(norm1(x)))))))
     x = x + mlp_out_norm(down(act(gate) * up   or   act(up)))       # on norm2(x)
 
-and one embedding ``F.embedding(ids, wte) * embed_scale + wpe[positions]``. ``Layout.of(model)``
+and one embedding ``F.embedding(ids, wte) * embed_scale + wpe[positions]``. ``Layout(model)``
 says which pieces a model has:
 
-| family | layers | norms | attention | MLP | embedding |
-|---|---|---|---|---|---|
-| llama, mistral, qwen2 (q/k/v bias), qwen3 (q/k norm) | ``model.layers`` | RMSNorm | rope | SiLU-gated | plain |
-| gemma | ``model.layers`` | RMSNorm ``(1 + w)`` | rope, any head_dim | GeGLU | ``* sqrt(hidden)`` |
-| gemma2 | as gemma, + norms after attention and MLP | ``(1 + w)`` | ``query_pre_attn_scalar`` | GeGLU | ``* sqrt(hidden)`` |
-| gemma3_text | as gemma2, + q/k norms | ``(1 + w)`` | a rotary base per layer type | GeGLU | ``* sqrt(hidden)`` |
-| gpt2 | ``transformer.h`` | LayerNorm with bias | learned positions, fused Conv1D c_attn, scaling per layer | GELU | ``+ wpe`` |
+- llama, mistral, qwen2 (q/k/v biases), qwen3 (q/k norms): ``model.layers``, RMSNorm, rope,
+  SiLU-gated MLP, a plain embedding;
+- gemma: RMSNorm ``x * (1 + w)``, rope with any ``head_dim``, GeGLU, the embedding scaled by
+  ``sqrt(hidden)`` (its ``embed_scale``);
+- gemma2: as gemma, with a norm after attention and norms before and after the MLP, the
+  attention scaled by ``query_pre_attn_scalar`` and the final logits softcapped;
+- gemma3_text: as gemma2, with q/k norms and a rotary base per layer type (sliding, full);
+- gpt2: ``transformer.h``, LayerNorms with bias, learned positions (``wpe``), the fused Conv1D
+  ``c_attn`` (weights used transposed), a scaling per layer, a GELU MLP.
 
-Gemma2's final logit softcapping is applied. Refused, with the field named: attention-logit
-softcapping (``attn_logit_softcapping``: the attention would leave SDPA), bidirectional attention
-(``use_bidirectional_attention``), a sliding window shorter than ``max_model_len`` (checked by
-the runner), GPT-2's ``add_cross_attention`` and ``reorder_and_upcast_attn``. Gemma 3's
+Refused, with the config field named: attention-logit softcapping (``attn_logit_softcapping``:
+the attention would leave SDPA), bidirectional attention (``use_bidirectional_attention``), a
+sliding window shorter than ``max_model_len`` (checked by the runner), GPT-2's
+``add_cross_attention`` and ``reorder_and_upcast_attn``. Gemma 3's
 multimodal ``Gemma3ForConditionalGeneration`` is another model type: ``engine=hf``.
 """
 

@@ -10,8 +10,8 @@ The forward reuses the model's own modules (embedding, norms, projections, rotar
 head), so the numbers are the model's, and only orchestrates them around the cache, skipping
 transformers' per-call machinery (mask building, cache objects, output classes). Supported: Llama,
 Mistral, Qwen2 (q/k/v biases), Qwen3 (q/k norms), Gemma, Gemma2 and Gemma 3 text (without
-attention-logit softcapping) and GPT-2; ``architectures.py`` maps each onto the one layer computed here and names what it
-refuses.
+attention-logit softcapping) and GPT-2; ``architectures.py`` maps each onto the one layer
+computed here and names what it refuses.
 
 On a CPU the projections run through oneDNN with weights reordered once into its blocked layout
 (``linear="auto"``, for models at least ``ONEDNN_MIN_WIDTH`` wide), as vLLM's CPU backend does:
