@@ -350,12 +350,33 @@ def test_prefill_threads_apply_to_prefill_steps_only(engine_for, model, tokenize
         engine_for(model, tokenizer, prefill_threads=0)
 
 
-def test_unsupported_architectures_point_to_the_hf_engine(tokenizer):
-    from transformers import GPT2Config, GPT2LMHeadModel
+def test_unsupported_architectures_and_fields_are_named(tokenizer):
+    import transformers
 
-    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=64, n_layer=1, n_head=2))
-    with pytest.raises(ConfigError, match="engine=hf"):
+    vocab = len(tokenizer)
+    opt = transformers.OPTForCausalLM(
+        transformers.OPTConfig(
+            vocab_size=vocab, hidden_size=64, num_hidden_layers=1, ffn_dim=64, num_attention_heads=2
+        )
+    )
+    with pytest.raises(ConfigError, match="not opt; use engine=hf"):
+        ENGINES.build({"name": "torch"}, model=opt, tokenizer=tokenizer)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=vocab, n_embd=64, n_layer=1, n_head=2, reorder_and_upcast_attn=True
+        )
+    )
+    with pytest.raises(ConfigError, match="reorder_and_upcast_attn=True; set it false, or use engine=hf"):
         ENGINES.build({"name": "torch"}, model=gpt2, tokenizer=tokenizer)
+    gemma2 = transformers.Gemma2ForCausalLM(_config("gemma2", vocab, attn_logit_softcapping=50.0))
+    with pytest.raises(ConfigError, match="attn_logit_softcapping=50.0; set it null"):
+        ENGINES.build({"name": "torch"}, model=gemma2, tokenizer=tokenizer)
+    short = transformers.Gemma2ForCausalLM(_config("gemma2", vocab, sliding_window=64))
+    with pytest.raises(ConfigError, match="sliding window"):
+        ENGINES.build({"name": "torch", "max_model_len": 128}, model=short, tokenizer=tokenizer)
+    both = transformers.Gemma3ForCausalLM(_config("gemma3", vocab, use_bidirectional_attention=True))
+    with pytest.raises(ConfigError, match="use_bidirectional_attention=True; set it false"):
+        ENGINES.build({"name": "torch"}, model=both, tokenizer=tokenizer)
 
 
 def test_a_failed_step_fails_its_requests_and_the_engine_keeps_serving(
@@ -435,3 +456,100 @@ def test_batch_limit_follows_the_kv_cache_budget(model, tokenizer):
     finally:
         small.shutdown()
         default.shutdown()
+
+
+def _config(family: str, vocab: int, **overrides):
+    """A tiny config of a non-Llama family: Gemma with grouped-query attention and a head_dim that
+    is not hidden / heads, Gemma2 with its post norms, final softcapping and query_pre_attn_scalar,
+    Gemma3 with q/k norms and two rotary bases, GPT-2 with learned positions, LayerNorms and
+    Conv1D projections."""
+    import transformers
+
+    if family == "gpt2":
+        fields = {"n_embd": 64, "n_layer": 2, "n_head": 2, "n_inner": 96, "n_positions": 128}
+        fields["scale_attn_by_inverse_layer_idx"] = True  # a scaling per layer
+        return transformers.GPT2Config(vocab_size=vocab, **{**fields, **overrides})
+    fields = {
+        "hidden_size": 96,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 128,
+    }
+    if family == "gemma3":  # q/k norms; a sliding (rotary base 1e4) and a full (1e6) layer
+        fields |= {
+            "final_logit_softcapping": 3.0,
+            "query_pre_attn_scalar": 24,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"],
+        }
+    if family == "gemma2":
+        fields |= {
+            "attn_logit_softcapping": None,
+            "final_logit_softcapping": 3.0,
+            "query_pre_attn_scalar": 24,
+            "sliding_window": 128,
+        }
+    config_class = {
+        "gemma": transformers.GemmaConfig,
+        "gemma2": transformers.Gemma2Config,
+        "gemma3": transformers.Gemma3TextConfig,
+    }[family]
+    return config_class(vocab_size=vocab, **{**fields, **overrides})
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gemma", "gemma2", "gemma3"])
+def test_greedy_equals_hf_for_gpt2_and_gemma_families(family, engine_for, tokenizer):
+    import transformers
+
+    config = _config(
+        family, len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    model_class = {
+        "gpt2": transformers.GPT2LMHeadModel,
+        "gemma": transformers.GemmaForCausalLM,
+        "gemma2": transformers.Gemma2ForCausalLM,
+        "gemma3": transformers.Gemma3ForCausalLM,
+    }[family]
+    torch.manual_seed(3)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)  # biases, norms and position embeddings too
+    # 2 slots for 4 prompts: the later requests join the running batch as earlier ones finish
+    eng = engine_for(model, tokenizer, max_batch_size=2)
+    outs = eng.generate(PROMPTS, greedy(16))
+    for prompt, out in zip(PROMPTS, outs, strict=True):
+        assert out.completions[0].token_ids == hf_greedy(model, tokenizer, prompt, 16), prompt
+    assert len({tuple(o.completions[0].token_ids) for o in outs}) > 1  # not one degenerate output
+    # the logits themselves, prefilled and then decoded one step (closer than greedy tokens can tell)
+    from toolbox.serving.engines.runner import SlotRunner
+
+    ids = tokenizer(PROMPTS[3])["input_ids"]
+    runner = SlotRunner(model, max_slots=1, max_model_len=64, linear="torch")
+    with torch.inference_mode():
+        full = model(torch.tensor([ids])).logits[0]
+        prefilled = runner.prefill([0], [ids[:-1]])
+        step = runner.decode(
+            torch.tensor([ids[-1]]), torch.tensor([len(ids) - 1]), len(ids) - 1, len(ids) - 1
+        )
+    torch.testing.assert_close(prefilled[0], full[-2], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(step[0], full[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_gemma_and_layer_norms_are_the_modules_bit_for_bit():
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+
+    from toolbox.serving.engines.layer_weights import apply_norm, norm_of
+
+    torch.manual_seed(0)
+    gemma, layer = GemmaRMSNorm(64), torch.nn.LayerNorm(64)
+    for norm in (gemma, layer):
+        torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(layer.bias)
+    x = torch.randn(3, 5, 64) * 3
+    for norm in (gemma, layer):
+        assert type(norm_of(norm, True)) is tuple
+        assert torch.equal(apply_norm(norm_of(norm, True), x), norm(x))

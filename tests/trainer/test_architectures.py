@@ -1,21 +1,26 @@
-"""Any Hugging Face causal LM: Qwen2-, Qwen3-, GPT-2- and Gemma-style models (random weights, head
-size 32) train through the supervised, preference (DPO) and GRPO trainers, resume bitwise, save a
-model that transformers reloads, generate through an engine (greedy = HF generate) and evaluate."""
+"""Any Hugging Face causal LM: Llama-, Qwen2-, Qwen3-, GPT-2- and Gemma-style models (random
+weights, head size 32) train through the supervised, preference (DPO) and GRPO trainers (GRPO
+generating through the torch engine), resume bitwise, save a model that transformers reloads, serve
+it through the torch engine behind the OpenAI-compatible server (greedy = HF generate, concurrent
+requests) and evaluate. The lean training forward covers the Llama layout; the others train
+through their own forward."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 import torch
 
 from toolbox.core.events import Event
-from toolbox.core.registries import ENGINES
 from toolbox.experiment import ExperimentBuilder, load_config
+from toolbox.serving.server import build_app, build_engine
 
 torch.set_num_threads(1)
 
-ARCHITECTURES = ["qwen2", "qwen3", "gpt2", "gemma"]
-#: the torch engine runs the Llama layout (llama, mistral, qwen2, qwen3); the others serve through hf
-ENGINE = {"qwen2": "torch", "qwen3": "torch", "gpt2": "hf", "gemma": "hf"}
+ARCHITECTURES = ["llama", "qwen2", "qwen3", "gpt2", "gemma"]
+#: the families the lean training forward computes; the others fall back to the model's forward
+LEAN = {"llama", "qwen2", "qwen3"}
 
 TRAINERS = {
     "sft": [],
@@ -50,12 +55,30 @@ def _overrides(tiny_overrides, architecture, trainer, run_dir):
         "model.num_heads=2",
         "model.intermediate_size=96",
         *TRAINERS[trainer],
-        *([f"engine={ENGINE[architecture]}"] if trainer == "grpo" else []),
+        *(["engine=torch"] if trainer == "grpo" else []),
         "trainer.max_steps=4",
         "trainer.save_every=2",
         "trainer.eval_every=0",
         f"run_dir={run_dir}",
     ]
+
+
+PROMPTS = ["12+34=", "7+8=", "1+1="]
+
+
+async def _complete(app, prompts, max_tokens):
+    """Greedy completions of ``prompts`` requested at once through the server's /v1/completions."""
+    import httpx
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
+
+        async def one(prompt):
+            body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+            response = await http.post("/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            return response.json()["choices"][0]["text"]
+
+        return await asyncio.gather(*(one(p) for p in prompts))
 
 
 def _build(overrides):
@@ -69,8 +92,13 @@ def _weights(parts):
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_trains_and_resumes_bitwise(tiny_overrides, tmp_path, architecture, trainer):
+    from toolbox.nn.llama_training import training_forward
+
     full = _build(_overrides(tiny_overrides, architecture, trainer, tmp_path / "full"))
     assert type(full.model).__name__.lower().startswith(architecture)
+    assert (training_forward(full.model) is not None) == (architecture in LEAN)
+    if trainer == "grpo":
+        assert type(full.trainer.engine).__name__ == "TorchEngine"
     before = _weights(full)
     losses = []
     full.trainer.bus.subscribe(Event.STEP_END, lambda d: losses.append(d.metrics["loss"]))
@@ -112,20 +140,18 @@ def test_saves_serves_and_evaluates(tiny_overrides, tmp_path, architecture):
     for k, v in parts.model.state_dict().items():
         assert torch.equal(saved.state_dict()[k], v), k
 
-    engine = ENGINES.build({"name": ENGINE[architecture]}, model=saved, tokenizer=parts.tokenizer)
+    # `toolbox serve model=<run>/model` with the torch engine: the same engine behind the same app
+    engine = build_engine(str(run_dir / "model"), "torch", {"device": "cpu"})
+    assert type(engine).__name__ == "TorchEngine"
     try:
-        from toolbox.serving.engine import SamplingParams
-
-        prompt = "12+34="
-        out = engine.generate([prompt], SamplingParams(max_tokens=6, temperature=0.0))[0]
+        texts = asyncio.run(_complete(build_app(engine, "m"), PROMPTS, max_tokens=6))
+    finally:
+        engine.shutdown()
+    for prompt, text in zip(PROMPTS, texts, strict=True):
         ids = parts.tokenizer(prompt, return_tensors="pt")["input_ids"]
         with torch.inference_mode():
             ref = saved.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
-        expected = ref[0, ids.shape[1] :].tolist()
-        got = out.completions[0].token_ids
-        assert got == expected[: len(got)] and len(got) >= 1
-    finally:
-        engine.shutdown()
+        assert text == parts.tokenizer.decode(ref[0, ids.shape[1] :], skip_special_tokens=True), prompt
 
     evaluated = evaluate_model(OmegaConf.load(run_dir / "config.yaml"), run_dir / "model")
     assert evaluated == pytest.approx({k: v for k, v in metrics.items() if k in evaluated}, rel=1e-5)

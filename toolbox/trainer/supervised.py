@@ -35,11 +35,12 @@ class SupervisedTrainer(BaseTrainer):
         eval_every: run the evaluators every this many steps (0: only at the end).
         save_every: save a checkpoint every this many steps (0: only at the end).
         shuffle: visit the training set in a seeded random order each epoch.
-        forward: how a Hugging Face Llama computes its training loss: ``lean`` (a leaner forward
-            over the same weights that also skips the positions no loss reads; the same loss, and
-            gradients equal up to float rounding), ``exact`` (leaner, with gradients bitwise those
-            of transformers' forward) or ``model`` (the model's own forward). Other models always
-            use their own forward.
+        forward: how a Hugging Face Llama-layout model (Llama, Mistral, Qwen2, Qwen3) computes
+            its training loss: ``lean`` (a leaner forward over the same weights that also skips
+            the positions no loss reads; the same loss, and gradients equal up to float rounding),
+            ``exact`` (leaner, with gradients bitwise those of transformers' forward) or ``model``
+            (the model's own forward). Other models (Gemma, GPT-2, ...) always use their own
+            forward.
     """
 
     objective_family = SupervisedObjective

@@ -25,7 +25,7 @@ class TorchDecisionBackend(DecisionBackend):
     """Label log-probs through ``SlotRunner`` (prefill, and prefix + ``extend`` for groups).
 
     Args:
-        model: a Llama-layout causal LM (a ``TorchEngine``'s model, shared).
+        model: a causal LM the torch engine runs (a ``TorchEngine``'s model, shared).
         tokenizer: its tokenizer.
         max_batch_size: rows (KV-cache slots) per forward.
         max_batch_tokens: padded tokens per flat forward.

@@ -9,8 +9,11 @@ that family. What each family covers here:
 |---|---|---|
 | llama, mistral | yes | yes |
 | qwen2 (q/k/v biases), qwen3 (q/k norms) | yes | yes |
-| gemma (GeGLU, scaled embeddings, 1 + weight norms) | falls back to the model's forward | no: engine=hf |
-| gpt2 (learned positions, LayerNorm, Conv1D) | falls back to the model's forward | no: engine=hf |
+| gemma (GeGLU, scaled embeddings, 1 + weight norms) | falls back to the model's forward | yes |
+| gpt2 (learned positions, LayerNorm, Conv1D) | falls back to the model's forward | yes |
+
+The torch engine also serves saved Gemma2 and Gemma 3 text models (not built here) without
+attention-logit softcapping; what it refuses it names (``toolbox.serving.engines.architectures``).
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ def causal_lm(
 
     Args:
         vocab_size: number of token ids; injected from the tokenizer.
-        architecture: llama, mistral, qwen2, qwen3, gemma or gpt2.
+        architecture: llama, mistral, qwen2, qwen3, gemma or gpt2. The lean training forward
+            (``trainer.forward``) computes llama, mistral, qwen2 and qwen3; gemma and gpt2 train
+            through their own forward. The torch engine serves all six.
         hidden_size: model width.
         num_layers: number of decoder layers.
         num_heads: attention (query) heads; ``hidden_size / num_heads`` must be >= 32.

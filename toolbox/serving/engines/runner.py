@@ -1,4 +1,4 @@
-"""The model side of the torch engine: a slot KV cache and a lean forward for Llama-family models.
+"""The model side of the torch engine: a slot KV cache and a lean forward for causal LMs.
 
 ``SlotRunner`` keeps one preallocated key/value cache per layer, ``[slots, kv_heads, capacity,
 head_dim]``; the sequence in slot ``s`` holds its first ``length[s]`` positions there, at their true
@@ -8,8 +8,10 @@ reads the cache through views, with a ``[B, 1, 1, L]`` mask hiding each row's un
 
 The forward reuses the model's own modules (embedding, norms, projections, rotary embedding, MLP,
 head), so the numbers are the model's, and only orchestrates them around the cache, skipping
-transformers' per-call machinery (mask building, cache objects, output classes). Families with the
-Llama layout are supported: Llama, Mistral, Qwen2, Qwen3 (q/k norms).
+transformers' per-call machinery (mask building, cache objects, output classes). Supported: Llama,
+Mistral, Qwen2 (q/k/v biases), Qwen3 (q/k norms), Gemma, Gemma2 and Gemma 3 text (without
+attention-logit softcapping) and GPT-2; ``architectures.py`` maps each onto the one layer
+computed here and names what it refuses.
 
 On a CPU the projections run through oneDNN with weights reordered once into its blocked layout
 (``linear="auto"``, for models at least ``ONEDNN_MIN_WIDTH`` wide), as vLLM's CPU backend does:
@@ -27,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from toolbox.core.errors import ConfigError
+from toolbox.serving.engines.architectures import SUPPORTED, Layout
 from toolbox.serving.engines.layer_weights import (
     ONEDNN_MIN_WIDTH,
     LayerWeights,
@@ -38,11 +41,11 @@ from toolbox.serving.engines.layer_weights import (
     onednn_usable,
 )
 
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+__all__ = ["SUPPORTED", "SlotRunner"]
 
 
 class SlotRunner:
-    """Prefill and decode for a Llama-layout ``*ForCausalLM`` over a slot KV cache.
+    """Prefill and decode for a ``*ForCausalLM`` of a supported family over a slot KV cache.
 
     Args:
         model: the causal LM (its modules are used as they are; ``update`` its weights in place).
@@ -64,12 +67,7 @@ class SlotRunner:
         linear: str = "auto",
     ) -> None:
         config = model.config
-        model_type = getattr(config, "model_type", None)
-        if model_type not in SUPPORTED or not hasattr(model, "model") or not hasattr(model.model, "layers"):
-            raise ConfigError(
-                f"engine 'torch' runs Llama-layout models ({', '.join(SUPPORTED)}), not "
-                f"{model_type or type(model).__name__}; use engine=hf (transformers generate) for it."
-            )
+        self.layout = layout = Layout(model)  # or a ConfigError naming what is not supported
         window = getattr(config, "sliding_window", None)
         if window and getattr(config, "use_sliding_window", True) and max_model_len > window:
             raise ConfigError(
@@ -77,13 +75,10 @@ class SlotRunner:
                 f"which the torch engine does not implement; set engine.max_model_len<={window}."
             )
         self.model = model
-        self.inner = model.model
-        self.layers = list(self.inner.layers)
-        attn = self.layers[0].self_attn
-        self.head_dim = int(attn.head_dim)
-        self.num_heads = int(config.num_attention_heads)
-        self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
-        self.scaling = float(getattr(attn, "scaling", self.head_dim**-0.5))
+        self.layers = layout.layers
+        self.head_dim, self.num_heads = layout.head_dim, layout.num_heads
+        self.num_kv_heads = layout.num_kv_heads
+        self.scalings = layout.scalings
         self.gqa = self.num_kv_heads != self.num_heads
         self.max_slots = max_slots
         self.max_model_len = max_model_len
@@ -113,26 +108,17 @@ class SlotRunner:
         self._cached: list[LayerWeights] | None = None
         self._final_norm: Any = None
         self._head: tuple = ()
-        self._fast_norm = self.dtype == torch.float32 and all(
-            hasattr(n, "variance_epsilon") and type(n).__name__.endswith("RMSNorm")
-            for n in [
-                self.inner.norm,
-                *(
-                    x
-                    for layer in self.layers
-                    for x in (layer.input_layernorm, layer.post_attention_layernorm)
-                ),
-            ]
-        )
-        act = getattr(config, "hidden_act", None)
-        self._act = F.silu if act == "silu" else self.layers[0].mlp.act_fn
-        rotary = self.inner.rotary_emb
-        self._cos = self._sin = None
-        if getattr(rotary, "rope_type", "default") not in ("dynamic", "longrope"):
+        self._fast_norm = self.dtype == torch.float32
+        self._act = layout.act
+        self._tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] | None = None
+        if layout.rotary is not None and layout.rope_is_static():
             with torch.no_grad():
                 probe = torch.zeros(1, dtype=self.dtype, device=self.device)
-                cos, sin = self._signed(*rotary(probe, self._positions.unsqueeze(0)))
-            self._cos, self._sin = cos[0], sin[0]
+                every = self._positions.unsqueeze(0)
+                self._tables = {
+                    kind: tuple(t[0] for t in self._signed(*layout.rope(probe, every, kind)))
+                    for kind in set(layout.rope_kinds)
+                }
         self.ensure_capacity(min(initial_capacity, max_model_len))
 
     # cache ---------------------------------------------------------------------------------------
@@ -183,13 +169,16 @@ class SlotRunner:
         version = sum(p._version for p in self._sources)
         if self._cached is None or version != self._version:
             self._cached, self._version = (
-                [LayerWeights.of(layer, self._fast_norm, self._pack) for layer in self.layers],
+                [
+                    LayerWeights.of(layer, self.layout.model_type, self._fast_norm, self._pack)
+                    for layer in self.layers
+                ],
                 version,
             )
-            self._final_norm = norm_of(self.inner.norm, self._fast_norm)
+            self._final_norm = norm_of(self.layout.final_norm, self._fast_norm)
             head = self.model.lm_head
             self._head = (
-                self.inner.embed_tokens.weight,
+                self.layout.embed.weight,
                 self._pack(head.weight),
                 getattr(head, "bias", None),
             )
@@ -201,23 +190,33 @@ class SlotRunner:
         self._cached = None
 
     # forward -------------------------------------------------------------------------------------
-    def _rope_tables(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and a signed sin, ``[B, 1, T, D]``: ``rope(x) = x*cos + swap_halves(x)*sin_signed``.
+    def _rope_tables(self, x: torch.Tensor, positions: torch.Tensor) -> dict[Any, Any] | None:
+        """For each rope kind (one, or Gemma 3's per layer type) cos and a signed sin,
+        ``[B, 1, T, D]``: ``rope(x) = x*cos + swap_halves(x)*sin_signed``; None for a model
+        without rotary embeddings (GPT-2).
 
         ``swap_halves(x) * sin_signed`` equals transformers' ``rotate_half(x) * sin`` exactly. The
         tables of position-independent rope types are computed once by the model's own module.
         """
-        if self._cos is not None:
-            return self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
-        cos, sin = self._signed(*self.inner.rotary_emb(x, positions))
-        return cos.unsqueeze(1), sin.unsqueeze(1)
+        if self.layout.rotary is None:
+            return None
+        if self._tables is not None:
+            return {
+                k: (c[positions].unsqueeze(1), s[positions].unsqueeze(1))
+                for k, (c, s) in self._tables.items()
+            }
+        tables = {}
+        for kind in set(self.layout.rope_kinds):
+            cos, sin = self._signed(*self.layout.rope(x, positions, kind))
+            tables[kind] = (cos.unsqueeze(1), sin.unsqueeze(1))
+        return tables
 
     def _signed(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         half = self.head_dim // 2
         return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
     def _layer(
-        self, i: int, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend
+        self, i: int, w: LayerWeights, x: torch.Tensor, rope: dict[Any, Any] | None, attend
     ) -> torch.Tensor:
         """One decoder layer; ``attend(i, q, k, v)`` stores k/v in the cache and returns attention."""
         b, t = x.shape[:2]
@@ -230,16 +229,29 @@ class SlotRunner:
         else:
             qk = qkv[:, :, : nh + nkv]
         qk = qk.transpose(1, 2)
-        swapped = qk.reshape(b, nh + nkv, t, 2, d // 2).flip(-2).reshape(b, nh + nkv, t, d)
-        qk = qk * cos + swapped * sin
+        if rope is not None:
+            cos, sin = rope[self.layout.rope_kinds[i]]
+            swapped = qk.reshape(b, nh + nkv, t, 2, d // 2).flip(-2).reshape(b, nh + nkv, t, d)
+            qk = qk * cos + swapped * sin
         o = attend(i, qk[:, :nh], qk[:, nh:], v)
-        x = x + linear(o.transpose(1, 2).reshape(b, t, nh * d), w.w_o, w.b_o)
-        gate, up = linear(apply_norm(w.norm2, x), w.w_gu, w.b_gu).chunk(2, dim=-1)
-        return x + linear(self._act(gate) * up, w.w_down, w.b_down)
+        o = linear(o.transpose(1, 2).reshape(b, t, nh * d), w.w_o, w.b_o)
+        if w.attn_out_norm is not None:
+            o = apply_norm(w.attn_out_norm, o)
+        x = x + o
+        h = linear(apply_norm(w.norm2, x), w.w_gu, w.b_gu)
+        if w.gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = self._act(gate) * up
+        else:
+            h = self._act(h)
+        h = linear(h, w.w_down, w.b_down)
+        if w.mlp_out_norm is not None:
+            h = apply_norm(w.mlp_out_norm, h)
+        return x + h
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         _, head, bias = self._head
-        return self._linear(apply_norm(self._final_norm, x), head, bias)
+        return self.layout.logits(self._linear(apply_norm(self._final_norm, x), head, bias))
 
     def prefill(self, slots: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Run the prompts (right-padded into one batch) into ``slots``; the last position's logits."""
@@ -256,13 +268,13 @@ class SlotRunner:
             self.k_cache[i][slot_idx, :, :t] = k
             self.v_cache[i][slot_idx, :, :t] = v
             return F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, scale=self.scaling, enable_gqa=self.gqa
+                q, k, v, is_causal=True, scale=self.scalings[i], enable_gqa=self.gqa
             )
 
-        x = F.embedding(ids, self._head[0])
-        cos, sin = self._rope_tables(x, self._positions[:t].unsqueeze(0))
+        x = self.layout.embed_tokens(ids, self._positions[:t].unsqueeze(0), self._head[0])
+        rope = self._rope_tables(x, self._positions[:t].unsqueeze(0))
         for i, w in enumerate(weights):
-            x = self._layer(i, w, x, cos, sin, attend)
+            x = self._layer(i, w, x, rope, attend)
         last = torch.tensor([n - 1 for n in lengths], device=self.device)
         return self._logits(x[torch.arange(len(prompts), device=self.device), last])
 
@@ -339,13 +351,18 @@ class SlotRunner:
             kc.view(-1, self.head_dim).index_copy_(0, rows, k.reshape(-1, self.head_dim))
             vc.view(-1, self.head_dim).index_copy_(0, rows, v.reshape(-1, self.head_dim))
             return F.scaled_dot_product_attention(
-                q, kc[:b, :, :end], vc[:b, :, :end], attn_mask=mask, scale=self.scaling, enable_gqa=self.gqa
+                q,
+                kc[:b, :, :end],
+                vc[:b, :, :end],
+                attn_mask=mask,
+                scale=self.scalings[i],
+                enable_gqa=self.gqa,
             )
 
-        x = F.embedding(ids, self._head[0])
-        cos, sin = self._rope_tables(x, positions)
+        x = self.layout.embed_tokens(ids, positions, self._head[0])
+        rope = self._rope_tables(x, positions)
         for i, w in enumerate(weights):
-            x = self._layer(i, w, x, cos, sin, attend)
+            x = self._layer(i, w, x, rope, attend)
         last = torch.tensor([n - 1 for n in lengths], device=self.device)
         return self._logits(x[torch.arange(b, device=self.device), last])
 
@@ -382,12 +399,12 @@ class SlotRunner:
                 kc[:b, :, :length],
                 vc[:b, :, :length],
                 attn_mask=mask,
-                scale=self.scaling,
+                scale=self.scalings[i],
                 enable_gqa=self.gqa,
             )
 
-        x = F.embedding(tokens.view(b, 1), self._head[0])
-        cos, sin = self._rope_tables(x, positions.view(b, 1))
+        x = self.layout.embed_tokens(tokens.view(b, 1), positions.view(b, 1), self._head[0])
+        rope = self._rope_tables(x, positions.view(b, 1))
         for i, w in enumerate(weights):
-            x = self._layer(i, w, x, cos, sin, attend)
+            x = self._layer(i, w, x, rope, attend)
         return self._logits(x[:, 0])

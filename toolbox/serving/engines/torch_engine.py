@@ -1,4 +1,8 @@
-"""``torch``: our engine for Hugging Face Llama-family causal LMs, with continuous batching.
+"""``torch``: our engine for Hugging Face causal LMs, with continuous batching.
+
+It runs Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2 and Gemma 3 text (without attention-logit
+softcapping) and GPT-2 models (``architectures.py`` says how, and names what it refuses); other families serve
+through ``engine=hf``.
 
 Offline (RL rollouts, evaluation)::
 
@@ -55,14 +59,14 @@ def batch_limit(model: Any, max_model_len: int, kv_cache_gib: float) -> int:
 
 @ENGINES.register("torch")
 class TorchEngine(InferenceEngine):
-    """Our engine: slot KV cache, batched prefill and decode, continuous batching, in-place weights.
+    """Our engine (Llama, Mistral, Qwen2/3, Gemma 1-3, GPT-2): slot KV cache, continuous batching.
 
     Build it with a model and tokenizer (``ENGINES.build(spec, model=..., tokenizer=...)``; the model
     is used as it is, shared with a trainer if you like) or from ``path`` (a ``save_pretrained``
     folder). Greedy output equals transformers ``generate``.
 
     Args:
-        model: a Llama-family ``*ForCausalLM`` (injected); None to load it from ``path``.
+        model: a ``*ForCausalLM`` of a family above (injected); None to load it from ``path``.
         tokenizer: its tokenizer (injected); None to load it from ``path``.
         path: a folder written by ``save_pretrained`` holding the model and the tokenizer.
         dtype: dtype of a model loaded from ``path`` (a given model keeps its own).
