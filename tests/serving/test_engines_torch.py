@@ -537,6 +537,13 @@ def test_greedy_equals_hf_for_gpt2_and_gemma_families(family, engine_for, tokeni
         )
     torch.testing.assert_close(prefilled[0], full[-2], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(step[0], full[-1], rtol=1e-5, atol=1e-5)
+    # chunked prefill (prefill_at: a chunk after the cached ones) gives the same logits
+    chunked = SlotRunner(model, max_slots=1, max_model_len=64, linear="torch")
+    cut = len(ids) // 2
+    with torch.inference_mode():
+        chunked.prefill_at(0, ids[:cut], 0)
+        second = chunked.prefill_at(0, ids[cut:], cut)
+    torch.testing.assert_close(second[0], full[-1], rtol=1e-5, atol=1e-5)
 
 
 def test_gemma_and_layer_norms_are_the_modules_bit_for_bit():

@@ -19,6 +19,10 @@ On a CPU the projections run through oneDNN with weights reordered once into its
 512-wide layers), equal to it within float rounding (~1e-6 relative). The reordered copies are
 rebuilt with the other cached weights when the parameters change. Each layer's tensors as the
 forward uses them, and the two kernels, are in ``layer_weights.py``.
+
+Why this file is longer than ~400 lines: it is one class over one cache; its entry points (prefill,
+prefill_at for chunked prefill, extend, decode, copy_slot) each build the attention over that cache
+in their own shape and share its private state (capacity, slot ids, positions, cached weights).
 """
 
 from __future__ import annotations
@@ -304,14 +308,14 @@ class SlotRunner:
                 kc[slot : slot + 1, :, :end],
                 vc[slot : slot + 1, :, :end],
                 attn_mask=mask,
-                scale=self.scaling,
+                scale=self.scalings[i],
                 enable_gqa=self.gqa,
             )
 
-        x = F.embedding(ids, self._head[0])
-        cos, sin = self._rope_tables(x, positions.unsqueeze(0))
+        x = self.layout.embed_tokens(ids, positions.unsqueeze(0), self._head[0])
+        rope = self._rope_tables(x, positions.unsqueeze(0))
         for i, w in enumerate(weights):
-            x = self._layer(i, w, x, cos, sin, attend)
+            x = self._layer(i, w, x, rope, attend)
         return self._logits(x[:, -1])
 
     def extend(self, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
