@@ -26,24 +26,22 @@ def _build(overrides):
     return ExperimentBuilder.from_config(load_config(overrides)).build()
 
 
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    """A tiny Llama (hidden 64: bitsandbytes quantizes in blocks of 64) trained 2 steps and saved."""
-    from conftest import TINY
-
-    root = tmp_path_factory.mktemp("qlora_base")
+@pytest.fixture
+def base_dir(tiny, tmp_path):
+    """A tiny Llama (hidden 64: bitsandbytes quantizes in blocks of 64) trained 2 steps and saved,
+    with the tiny overrides it was built from."""
+    root = tmp_path / "qlora_base"
     parts = _build(
-        [*TINY, "callbacks=default", "~callbacks.console", "trainer.max_steps=2", f"run_dir={root}"]
+        [*tiny, "callbacks=default", "~callbacks.console", "trainer.max_steps=2", f"run_dir={root}"]
     )
     parts.trainer.fit()
-    return root / "model"
+    return root / "model", tiny
 
 
-def _quantized(base_dir, tmp_path, name, *extra, bits="4bit", batch=True):
-    from conftest import TINY
-
+def _quantized(base, tmp_path, name, *extra, bits="4bit", batch=True):
+    base_dir, tiny = base
     run = [
-        o for o in TINY if not o.startswith("model.") and (batch or not o.startswith("trainer.batch_size"))
+        o for o in tiny if not o.startswith("model.") and (batch or not o.startswith("trainer.batch_size"))
     ]
     return [
         *run,
