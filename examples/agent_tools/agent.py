@@ -236,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     if "before" in out:  # what training on the traces changed (toolbox check reads gain/...)
-        out["gain"] = {k: round(out["after"][k] - out["before"][k], 6) for k in ("tool_call_success", "answer_accuracy")}
+        out["gain"] = {
+            k: round(out["after"][k] - out["before"][k], 6) for k in ("tool_call_success", "answer_accuracy")
+        }
     out["minutes"] = round((time.perf_counter() - start) / 60, 2)
     atomic_write_text(a.eval, json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(json.dumps(out))
