@@ -2,12 +2,12 @@
 *trained* to call a tool (test_server_tools.py forces the call with ``tool_choice``; here nothing
 is forced: ``tool_choice`` is left at "auto" and the model decides).
 
-A tiny Llama is trained in the fixture (about 300 steps, seconds on one core) on conversations in
-the server's own rendering (the ``chat`` dataset renders tool calls as ``toolbox serve`` does):
-asked for a city's temperature it calls ``get_temperature`` with that city, and after the tool's
-reply it states the number the tool returned; greeted, it answers without a call. The temperatures
-are random, so the final answer can only be right by copying the tool's result, and the tests send
-results the model never saw in training.
+A tiny Llama is trained in the fixture (a few hundred steps, under a minute on one core) on
+conversations in the server's own rendering (the ``chat`` dataset renders tool calls as ``toolbox
+serve`` does): asked for the weather or the time it calls ``get_weather`` or ``get_time``, and after
+the tool's reply it states what the tool returned; greeted, it answers without a call. The results
+are drawn at random, independently of the question, so a final answer is right only if it repeats
+the tool's result.
 """
 
 from __future__ import annotations
@@ -20,39 +20,37 @@ import pytest
 from conftest import free_port
 from server_util import start_server
 
-CITIES = ("paris", "oslo", "rome", "lima", "cairo", "delhi", "tokyo", "quito")
-WEATHER = ("sunny", "rainy", "windy", "foggy", "snowy", "cloudy", "stormy", "misty")
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "the weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
+
+def tool(name: str, description: str) -> dict:
+    params = {"type": "object", "properties": {}}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
+
+
+TOOLS = [tool("get_weather", "the weather here"), tool("get_time", "the time of day here")]
+# question -> the tool that answers it and the results it may return (drawn at random, so that an
+# answer is right only if it repeats the tool's result)
+ASKS = {
+    "What is the weather?": ("get_weather", ("sunny", "rainy", "windy", "foggy", "snowy", "cloudy")),
+    "How is the weather today?": ("get_weather", ("sunny", "rainy", "windy", "foggy", "snowy", "cloudy")),
+    "What time is it?": ("get_time", ("noon", "midnight", "dawn", "dusk", "morning", "evening")),
+    "Tell me the time.": ("get_time", ("noon", "midnight", "dawn", "dusk", "morning", "evening")),
 }
 GREETINGS = ("hello", "hi there", "good morning")
-HELLO = "Hello! Ask me about the weather in a city."
-
-
-# (city, weather) pairs no training conversation has: the tests' tool returns these
-HELD_OUT = {("oslo", "sunny"), ("lima", "snowy"), ("tokyo", "foggy"), ("paris", "misty")}
+HELLO = "Hello! Ask me about the weather or the time."
 
 
 def conversation(rng: random.Random, i: int) -> list[dict]:
     if i % 4 == 3:
         return [{"role": "user", "content": rng.choice(GREETINGS)}, {"role": "assistant", "content": HELLO}]
-    city, weather = rng.choice([(c, w) for c in CITIES for w in WEATHER if (c, w) not in HELD_OUT])
-    call = {"id": f"call_{i}", "type": "function",
-            "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}  # fmt: skip
+    question = rng.choice(sorted(ASKS))
+    name, results = ASKS[question]
+    result = rng.choice(results)
+    call = {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}
     return [
-        {"role": "user", "content": f"What is the weather in {city}?"},
+        {"role": "user", "content": question},
         {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call["id"], "content": weather},
-        {"role": "assistant", "content": f"It is {weather} in {city}."},
+        {"role": "tool", "tool_call_id": call["id"], "content": result},
+        {"role": "assistant", "content": f"It is {result}."},
     ]
 
 
@@ -65,23 +63,23 @@ def trained_tool_model_dir(tmp_path_factory):
     from toolbox.data.datasets.chat import Chat
 
     rng = random.Random(0)
-    records = [{"messages": conversation(rng, i), "tools": json.dumps([TOOL])} for i in range(2000)]
-    corpus = [*Splits(records, []).texts(), json.dumps([TOOL["function"]], separators=(",", ":"))]
-    corpus += ['<tool_call>{"name":"get_weather","arguments":{"city":"paris"}}</tool_call>']
+    records = [{"messages": conversation(rng, i), "tools": json.dumps(TOOLS)} for i in range(2000)]
+    corpus = [*Splits(records, []).texts(), json.dumps([t["function"] for t in TOOLS], separators=(",", ":"))]
+    corpus += [f'<tool_call>{{"name":"{t["function"]["name"]}","arguments":{{}}}}</tool_call>' for t in TOOLS]
     tok = TOKENIZERS.build({"name": "bpe", "vocab_size": 400}, corpus=corpus)
     examples = Chat(tok, max_length=256)(records)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = MODELS.build(
-        {"name": "tiny_llama", "hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 256},
+        {"name": "tiny_llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 512},
         vocab_size=len(tok),
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
     )
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    steps, batch = 300, 16
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    steps, batch = 250, 16
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=steps, pct_start=0.1)
     model.train()
     for step in range(steps):
         rows = [examples[(step * batch + k) % len(examples)] for k in range(batch)]
@@ -113,28 +111,46 @@ def client(trained_tool_model_dir, tmp_path_factory):
     assert "Traceback" not in srv.log.read_text()
 
 
-@pytest.mark.parametrize(("city", "weather"), sorted(HELD_OUT))
-def test_a_trained_model_calls_the_tool_unforced_and_answers_with_its_result(client, city, weather):
-    messages = [{"role": "user", "content": f"What is the weather in {city}?"}]
-    first = client.chat.completions.create(model="tiny", messages=messages, tools=[TOOL], max_tokens=40, temperature=0)  # fmt: skip
+@pytest.mark.parametrize(
+    ("question", "result"),
+    [("What is the weather?", "foggy"), ("Tell me the time.", "dusk"), ("What time is it?", "noon")],
+)
+def test_a_trained_model_calls_the_tool_unforced_and_answers_with_its_result(client, question, result):
+    messages = [{"role": "user", "content": question}]
+    first = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=40, temperature=0)  # fmt: skip
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls", choice
     [call] = choice.message.tool_calls
-    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": city}
+    assert call.function.name == ASKS[question][0] and json.loads(call.function.arguments) == {}
 
     messages.append(choice.message.model_dump(exclude_none=True))
-    messages.append({"role": "tool", "tool_call_id": call.id, "content": weather})  # a pair never trained on
-    final = client.chat.completions.create(model="tiny", messages=messages, tools=[TOOL], max_tokens=40, temperature=0)  # fmt: skip
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    final = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=40, temperature=0)  # fmt: skip
     answer = final.choices[0]
     assert answer.finish_reason == "stop" and answer.message.tool_calls is None
-    assert answer.message.content == f"It is {weather} in {city}."
+    assert answer.message.content == f"It is {result}."
+
+
+def test_the_answer_follows_the_tools_result_not_the_question(client):
+    """The same question, two results: two answers (the result decides, the model does not guess)."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    answers = set()
+    for result in ("sunny", "snowy"):
+        messages = [
+            {"role": "user", "content": "What is the weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ]
+        out = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=40, temperature=0)  # fmt: skip
+        answers.add(out.choices[0].message.content)
+    assert answers == {"It is sunny.", "It is snowy."}
 
 
 def test_a_trained_model_answers_a_greeting_without_a_call(client):
     out = client.chat.completions.create(
         model="tiny",
         messages=[{"role": "user", "content": "hello"}],
-        tools=[TOOL],
+        tools=TOOLS,
         max_tokens=40,
         temperature=0,
     )
