@@ -69,7 +69,8 @@ def trained_tool_model_dir(tmp_path_factory):
     tok = TOKENIZERS.build({"name": "bpe", "vocab_size": 400}, corpus=corpus)
     examples = Chat(tok, max_length=256)(records)
     torch.manual_seed(0)
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: a second thread only waits for the other core
     model = MODELS.build(
         {"name": "tiny_llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 512},
         vocab_size=len(tok),
@@ -78,7 +79,7 @@ def trained_tool_model_dir(tmp_path_factory):
         eos_token_id=tok.eos_token_id,
     )
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
-    steps, batch = 250, 16
+    steps, batch = 400, 16
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=steps, pct_start=0.1)
     model.train()
     for step in range(steps):
@@ -96,6 +97,7 @@ def trained_tool_model_dir(tmp_path_factory):
         loss.backward()
         opt.step()
         sched.step()
+    torch.set_num_threads(threads)
     assert loss.item() < 0.1, f"the tool model did not learn its task (loss {loss.item():.3f})"
     path = tmp_path_factory.mktemp("tool_llama")
     model.eval().save_pretrained(path)
