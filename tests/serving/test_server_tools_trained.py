@@ -2,7 +2,7 @@
 *trained* to call a tool (test_server_tools.py forces the call with ``tool_choice``; here nothing
 is forced: ``tool_choice`` is left at "auto" and the model decides).
 
-A tiny Llama is trained in the fixture (300 steps; about 2.5 minutes on a core shared at load ~6) on
+A tiny Llama is trained in the fixture (300 steps; 47 s on one core at load ~3) on
 conversations in the server's own rendering (the ``chat`` dataset renders tool calls as ``toolbox
 serve`` does): asked for the weather or the time it calls ``get_weather`` or ``get_time``, and after
 the tool's reply it states a result; greeted, it answers without a call. The results are drawn at
