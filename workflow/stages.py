@@ -199,13 +199,13 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "check",
-        "toolbox check --eval {eval} --expect {expect} --run {run} --out {check} --html {check_html}",
+        "toolbox check --eval {eval}{check_extra} --expect {expect} --run {run} --out {check} --html {check_html}",
         deps={"eval": PATHS["eval"]},
         outs={
             "check": Out(PATHS["check"], metrics=True),
             "table": Out(PATHS["check_html"], report="evaluation"),
         },
-        doc="check.json: the run's expect: against eval.json; fails with a table of expected vs got",
+        doc="check.json: the run's expect: against eval.json (and agent_eval.json); fails with a table of expected vs got",
     ),
     Stage(
         "plot",
@@ -298,7 +298,7 @@ def traces_data(entry: dict[str, Any] | None) -> str | None:
 def extra_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> list[str]:
     """Inputs a stage has for this run only: the model it starts from (``init_from``, INIT_STAGES),
     the traces dataset (``data_from_traces``, data), the agent script (agent), the agent's
-    evaluation (publish of a run with ``agent``)."""
+    evaluation (check and publish of a run with ``agent``)."""
     deps = []
     start = init_model(entry)
     if start and stage.name in INIT_STAGES:
@@ -311,7 +311,7 @@ def extra_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> l
             deps.append(entry["agent"]["script"])
             if start:
                 deps.append(start)  # evaluated too: the "before" of agent_eval.json
-        if stage.name == "publish":
+        if stage.name in ("check", "publish"):
             deps.append(PATHS["agent_eval"].format(run=run))
     return deps
 
@@ -374,13 +374,14 @@ def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
         values["agent_args"] = " ".join(shlex.quote(str(a)) for a in agent.get("args") or [])
         values["to_dataset_args"] = " ".join(shlex.quote(str(a)) for a in entry.get("to_dataset") or [])
         values["publish_extra"] = f" --extra {PATHS['agent_eval'].format(run=run)}" if agent else ""
+        values["check_extra"] = f" --eval {PATHS['agent_eval'].format(run=run)}" if agent else ""
         values["expect"] = shlex.quote(json.dumps(entry.get("expect") or {}, sort_keys=True))
         values["run"] = run
         start = init_model(entry)
         values["agent_before"] = f" --before-model {start}" if start else ""
         values["before"] = f" --before {start}" if start else ""
     else:
-        values["publish_extra"] = ""
+        values["publish_extra"] = values["check_extra"] = ""
     return values
 
 

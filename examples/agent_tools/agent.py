@@ -3,7 +3,8 @@ calculator tool through ``toolbox serve`` with the official ``openai`` client.
 
     python examples/agent_tools/agent.py --model work/agent_base/train/model \
         --traces work/agent_base/traces.sqlite --eval work/agent_base/agent_eval.json \
-        [--train-problems 400] [--eval-problems 100] [--before-model DIR]
+        [--train-problems 400] [--eval-problems 100] [--before-model DIR] \
+        [--digits 3 --fixed-width --templates 3]   # the source settings the model was trained on
 
 1. Training problems (none of them held out): ``toolbox serve --trace TRACES`` records every model
    call; the agent records its own run (an ``agent`` span per problem, a ``tool_call`` span per
@@ -186,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-problems", type=int, default=400)
     p.add_argument("--eval-problems", type=int, default=100)
     p.add_argument("--temperature", type=float, default=0.7, help="sampling of the training runs")
-    p.add_argument("--digits", type=int, default=3)
+    p.add_argument("--digits", type=int, default=3, help="as the source of the model's training data")
+    p.add_argument("--fixed-width", action="store_true", help="as the source (operands of exactly --digits)")
+    p.add_argument("--templates", type=int, default=0, help="as the source (0: all its templates)")
     p.add_argument("--seed", type=int, default=1, help="draw of the training problems")
     a = p.parse_args(argv)
 
@@ -194,15 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     from toolbox.data.sources.arithmetic_tools import arithmetic_tools, draw
     from toolbox.tracing import Tracer
 
+    # the source's test split (it depends only on these settings and the source's seed 0, not on
+    # how many training problems the model saw), so the held-out problems are the model's own
+    source = {"digits": a.digits, "fixed_width": a.fixed_width, "templates": a.templates}
     held_out = [
         {k: r[k] for k in ("question", "expression", "answer")}
-        for r in arithmetic_tools(digits=a.digits).test
+        for r in arithmetic_tools(num_train=1, num_test=max(a.eval_problems, 1), **source).test
     ]
     held_out = held_out[: a.eval_problems]
     questions = {q["question"] for q in held_out}
     train = [
         q
-        for q in draw(a.train_problems + len(held_out), 0, a.digits, a.seed)[0]
+        for q in draw(a.train_problems + len(held_out), 0, seed=a.seed, **source)[0]
         if q["question"] not in questions
     ]
     train = train[: a.train_problems]
@@ -229,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
             out[name] = metrics(run_all(server.base_url, held_out, prefix="eval"))
         finally:
             server.stop()
+    if "before" in out:  # what training on the traces changed (toolbox check reads gain/...)
+        out["gain"] = {
+            k: round(out["after"][k] - out["before"][k], 6) for k in ("tool_call_success", "answer_accuracy")
+        }
     out["minutes"] = round((time.perf_counter() - start) / 60, 2)
     atomic_write_text(a.eval, json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(json.dumps(out))

@@ -102,6 +102,27 @@ def test_check_names_a_missing_eval_file(tmp_path: Path, capsys) -> None:
     assert "does not exist; run the eval stage first" in capsys.readouterr().err
 
 
+def test_check_reads_a_second_metrics_file_with_nested_keys(tmp_path: Path, capsys) -> None:
+    """An agent run's check reads eval.json and agent_eval.json (nested: after/..., gain/...)."""
+    (tmp_path / "eval.json").write_text(json.dumps({"eval/loss": 0.5}))
+    agent = {"after": {"answer_accuracy": 0.6}, "gain": {"answer_accuracy": 0.25}, "model": "m"}
+    (tmp_path / "agent_eval.json").write_text(json.dumps(agent))
+    args = ["check", "--eval", str(tmp_path / "eval.json"), "--eval", str(tmp_path / "agent_eval.json")]
+    expect = {
+        "eval/loss": {"max": 1},
+        "gain/answer_accuracy": {"min": 0.2},
+        "after/answer_accuracy": {"min": 0.5},
+    }
+    out = tmp_path / "check.json"
+    assert main([*args, "--expect", json.dumps(expect), "--out", str(out)]) == 0
+    assert [r["got"] for r in json.loads(out.read_text())["rows"]] == [0.5, 0.25, 0.6]
+    assert main([*args, "--expect", json.dumps({"gain/answer_accuracy": {"min": 0.3}})]) == 1
+    assert "gain/answer_accuracy" in capsys.readouterr().err
+    (tmp_path / "agent_eval.json").write_text(json.dumps({"eval/loss": 0.1}))
+    assert main([*args, "--expect", "{}"]) == 2
+    assert "metric 'eval/loss' is in two of" in capsys.readouterr().err
+
+
 def test_markdown_table_rows() -> None:
     rows = check({"eval/exact_match": 1.0}, {"eval/exact_match": {"min": 0.95}})
     assert (

@@ -3,6 +3,8 @@ the result tables generated from those files.
 
     toolbox check --eval work/demo/eval.json --expect '{"eval/exact_match": {"min": 0.95}}' \
         --run demo --out work/demo/check.json
+    toolbox check --eval work/agent_sft/eval.json --eval work/agent_sft/agent_eval.json \
+        --expect '{"gain/answer_accuracy": {"min": 0.1}}' --run agent_sft --out work/agent_sft/check.json
     toolbox report --md report.md --html report.html               # every run of config/config.yaml
     toolbox matrix --name demo --stage experiment=demo --out work/matrix/demo --expect-run demo
     toolbox report --matrix work/matrix/demo --into examples/sft_arith/README.md --block demo-matrix
@@ -29,10 +31,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(
             f'--expect: not JSON ({e}); write it as \'{{"eval/exact_match": {{"min": 0.95}}}}\'.'
         ) from None
-    path = Path(args.eval)
-    if not path.is_file():
-        raise DataError(f"--eval: {path} does not exist; run the eval stage first.")
-    metrics = json.loads(path.read_text())
+    paths = [Path(p) for p in args.eval]
+    path = paths[0]
+    metrics: dict = {}
+    for p in paths:
+        if not p.is_file():
+            raise DataError(
+                f"--eval: {p} does not exist; run the eval stage first (agent, for agent_eval.json)."
+            )
+        for key, value in flat(json.loads(p.read_text())).items():
+            if key in metrics:
+                raise DataError(
+                    f"--eval: metric {key!r} is in two of {', '.join(map(str, paths))}; give each once."
+                )
+            metrics[key] = value
     rows = check(metrics, expect, where=f"runs.{args.run}.expect" if args.run else "expect")
     table = markdown_table(rows, run=args.run)
     passed = all(r.passed for r in rows)
@@ -52,6 +64,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         atomic_write_text(Path(args.out), json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(table if rows else f"run {args.run or path}: no expectations declared\n", end="")
     return 0
+
+
+def flat(metrics: dict, prefix: str = "") -> dict:
+    """Nested metrics as one level, keys joined by '/': agent_eval.json's ``{"gain":
+    {"answer_accuracy": 0.2}}`` is ``gain/answer_accuracy`` (eval.json is flat already)."""
+    out: dict = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -139,7 +163,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check", help="compare a run's eval JSON with what it declares (expect:); exit 1 if it falls short"
     )
-    p.add_argument("--eval", required=True, help="the run's eval JSON (toolbox eval --out)")
+    p.add_argument(
+        "--eval",
+        required=True,
+        action="append",
+        help="the run's eval JSON (toolbox eval --out); again for another metrics file (agent_eval.json), "
+        "whose nested keys are joined with '/' (gain/answer_accuracy)",
+    )
     p.add_argument(
         "--expect", required=True, help='the expectations as JSON: {"eval/exact_match": {"min": 0.95}}'
     )

@@ -85,14 +85,14 @@ def stage_input(name):
     for key, path in stage.deps.items():
         path = _snakemake_path(path)
         result[key] = _through_checkpoint(path) if key in from_compose else path
-    if name in stages.INIT_STAGES or name in ("data", "agent", "publish"):
+    if name in stages.INIT_STAGES or name in ("data", "agent", "check", "publish"):
         result["extra"] = _extra_deps(stage)
     return result
 
 
 def _extra_deps(stage):
     """The stage's inputs for this run only (stages.extra_deps): the model of init_from, the
-    traces dataset of data_from_traces, the agent script, the agent's evaluation."""
+    traces dataset of data_from_traces, the agent script, the agent's evaluation (check, publish)."""
 
     def resolve(wildcards):
         return stages.extra_deps(stage, wildcards.run, entry(wildcards.run))

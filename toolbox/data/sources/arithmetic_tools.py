@@ -40,13 +40,13 @@ TOOLS: list[dict[str, Any]] = [
         },
     }
 ]
-# (question with {a} and {b}, operator)
+# (question with {a} and {b}, operator); the first three use each operator once (``templates=3``)
 TEMPLATES: tuple[tuple[str, str], ...] = (
     ("A shop has {a} apples and gets {b} more. How many apples does it have now?", "+"),
-    ("Tom has {a} coins and finds {b} more. How many coins does he have?", "+"),
     ("A box holds {a} pens. {b} are taken out. How many pens are left?", "-"),
-    ("A train carries {a} people and {b} get off. How many are still on the train?", "-"),
     ("There are {a} bags with {b} marbles in each. How many marbles are there in all?", "*"),
+    ("Tom has {a} coins and finds {b} more. How many coins does he have?", "+"),
+    ("A train carries {a} people and {b} get off. How many are still on the train?", "-"),
     ("A farm has {a} rows of {b} trees. How many trees does it have?", "*"),
 )
 
@@ -65,10 +65,11 @@ def calculate(expression: str) -> str:
     return f"error: cannot evaluate {expression!r}; write two integers with + - or *"
 
 
-def problem(index: int, size: int) -> dict[str, Any]:
-    """Problem number ``index`` of the (template, a, b) grid with operands below ``size``."""
+def problem(index: int, size: int, low: int = 0) -> dict[str, Any]:
+    """Problem number ``index`` of the (template, a, b) grid with operands in ``low .. low+size-1``."""
     t, rest = divmod(index, size * size)
     a, b = divmod(rest, size)
+    a, b = a + low, b + low
     question, op = TEMPLATES[t]
     if op == "-" and b > a:
         a, b = b, a
@@ -91,22 +92,42 @@ def conversation(p: dict[str, Any], call_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def draw(num_train: int, num_test: int, digits: int, seed: int) -> tuple[list[dict], list[dict]]:
-    """Disjoint train and test problems (the draw depends only on the settings)."""
-    size = 10**digits
-    total = len(TEMPLATES) * size * size
-    if num_train + num_test > total:
+def draw(
+    num_train: int, num_test: int, digits: int, seed: int, fixed_width: bool = False, templates: int = 0
+) -> tuple[list[dict], list[dict]]:
+    """Disjoint train and test problems. Distinct problems are drawn one by one (test first), so the
+    test split depends only on ``seed``, ``digits``, ``fixed_width`` and ``templates`` (not on
+    ``num_train``), and the first n test problems are the same for any ``num_test >= n``."""
+    low = 10 ** (digits - 1) if fixed_width and digits > 1 else 0
+    size = 10**digits - low
+    kinds = templates or len(TEMPLATES)
+    total = kinds * size * size
+    if num_train + num_test > total // 2:
+        width = f"{digits}-digit" if fixed_width else f"up to {digits}-digit"
         raise ConfigError(
-            f"data.source: {num_train} + {num_test} problems asked, but {digits}-digit operands give only "
-            f"{total}; lower num_train/num_test or raise digits."
+            f"data.source: {num_train} + {num_test} problems asked, but {kinds} templates with {width} "
+            f"operands give only {total} (at most half of them are drawn); lower num_train/num_test "
+            "or raise digits."
         )
-    drawn = random.Random(seed).sample(range(total), num_train + num_test)
-    problems = [problem(i, size) for i in drawn]
+    rng, seen, drawn = random.Random(seed), set(), []
+    while len(drawn) < num_train + num_test:
+        i = rng.randrange(total)
+        if i not in seen:
+            seen.add(i)
+            drawn.append(i)
+    problems = [problem(i, size, low) for i in drawn]
     return problems[num_test:], problems[:num_test]
 
 
 @SOURCES.register("arithmetic_tools")
-def arithmetic_tools(num_train: int = 2000, num_test: int = 200, digits: int = 3, seed: int = 0) -> Splits:
+def arithmetic_tools(
+    num_train: int = 2000,
+    num_test: int = 200,
+    digits: int = 3,
+    seed: int = 0,
+    fixed_width: bool = False,
+    templates: int = 0,
+) -> Splits:
     """Word problems solved with a calculator tool call, as chat records {messages, tools, question,
     expression, answer}.
 
@@ -115,12 +136,16 @@ def arithmetic_tools(num_train: int = 2000, num_test: int = 200, digits: int = 3
         num_test: held-out conversations (no problem in both splits).
         digits: the most digits an operand has.
         seed: seed of the draw.
+        fixed_width: every operand has exactly ``digits`` digits (100..999 for 3), so the numbers
+            sit at the same places in every question of a template.
+        templates: use the first this many question templates (0: all of them).
     """
-    if digits < 1 or num_train < 1 or num_test < 0:
+    if digits < 1 or num_train < 1 or num_test < 0 or not 0 <= templates <= len(TEMPLATES):
         raise ConfigError(
-            f"data.source: digits={digits}, num_train={num_train}, num_test={num_test}; need >= 1, >= 1, >= 0."
+            f"data.source: digits={digits}, num_train={num_train}, num_test={num_test}, templates={templates}; "
+            f"need >= 1, >= 1, >= 0 and 0..{len(TEMPLATES)}."
         )
-    train, test = draw(num_train, num_test, digits, seed)
+    train, test = draw(num_train, num_test, digits, seed, fixed_width, templates)
     tools = json.dumps(TOOLS)
 
     from toolbox.serving.tool_calls import render_call
