@@ -92,7 +92,8 @@ def stage_input(name):
 
 def _extra_deps(stage):
     """The stage's inputs for this run only (stages.extra_deps): the model of init_from, the
-    traces dataset of data_from_traces, the agent script, the agent's evaluation (check, publish)."""
+    traces dataset of data_from_traces, the agent script, the agent's evaluation (check, publish).
+    """
 
     def resolve(wildcards):
         return stages.extra_deps(stage, wildcards.run, entry(wildcards.run))
