@@ -142,11 +142,12 @@ class Stage:
 
 # -- the stages -----------------------------------------------------------------------------------
 # The train command keeps its checkpoints only while they belong to the same training: when the
-# train slice differs from the one the checkpoints were written under, they are removed first,
-# so `resume_from=auto` resumes an interrupted job but never continues a different training.
+# train slice, the data or the model it starts from (workflow/scripts/resume_key.py) differ from
+# what the checkpoints were written under, they are removed first, so `resume_from=auto` resumes an
+# interrupted job but never continues a different training.
 TRAIN_CMD = (
-    "cmp -s {train_cfg} {resume_key} || "
-    "{{ rm -rf {checkpoints} && mkdir -p {run_dir} && cp {train_cfg} {resume_key}; }} && "
+    "mkdir -p {run_dir} && python workflow/scripts/resume_key.py {train_cfg} {data} > {resume_key}.new && "
+    "{{ cmp -s {resume_key}.new {resume_key} || rm -rf {checkpoints}; }} && mv {resume_key}.new {resume_key} && "
     "toolbox train --config {train_cfg} --data {data} --out {run_dir} resume_from=auto"
 )
 

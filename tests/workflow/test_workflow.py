@@ -441,7 +441,10 @@ def test_init_from_run_trains_from_the_other_runs_model_and_follows_it(tmp_path:
     assert re.search(r"^train\s+2$", out, flags=re.M), out[-3000:]  # tiny's SFT, then tuned's GRPO
     assert not (wf.root / "results" / TINY_RUN).exists()  # tiny's model was built, not its deliverables
     composed = yaml.safe_load((wf.root / "results/tuned/config.yaml").read_text())
-    assert composed["model"] == {"name": "pretrained", "path": "work/tiny/train/model"}
+    assert {k: composed["model"][k] for k in ("name", "path")} == {
+        "name": "pretrained",
+        "path": "work/tiny/train/model",
+    }
     assert composed["trainer"]["name"] == "grpo"
     rows = [json.loads(x) for x in (wf.root / "results/tuned/metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in rows) == 2 and any("reward" in r for r in rows)
