@@ -71,6 +71,29 @@ def settled(engine) -> dict[str, int]:
     return engine.stats()
 
 
+def beside_a_stream(engine, submit) -> tuple[list[int], list]:
+    """Start a greedy stream of "hello world", and once it has 2 tokens call ``submit()`` (a list of
+    handles); the stream's tokens and the handles' outputs."""
+
+    async def scenario():
+        started = asyncio.Event()
+        tokens: list[int] = []
+
+        async def run():
+            async for delta in engine.stream("hello world", greedy(60)):
+                tokens.extend(delta.token_ids)
+                if len(tokens) == 2:
+                    started.set()
+
+        task = asyncio.create_task(run())
+        await started.wait()
+        outs = [await h.wait() for h in submit()]
+        await task
+        return tokens, outs
+
+    return asyncio.run(scenario())
+
+
 def log_steps(engine, monkeypatch) -> list[str]:
     """Record the order of the runner's chunk and decode steps."""
     steps: list[str] = []
@@ -226,26 +249,13 @@ def test_slots_reserved_for_a_chunked_prompt_are_not_given_away(engine_for):
         "short": [solo_engine.generate([p], greedy(10))[0].completions[0].token_ids for p in SHORT],
     }
     engine = engine_for(prefill_chunk_tokens=8, max_batch_size=3)
-
-    async def scenario():
-        started = asyncio.Event()
-        tokens: list[int] = []
-
-        async def run():
-            async for delta in engine.stream("hello world", greedy(60)):
-                tokens.extend(delta.token_ids)
-                if len(tokens) == 2:
-                    started.set()
-
-        task = asyncio.create_task(run())
-        await started.wait()
-        long = engine.submit(LONG, greedy(24, n=2), stream=False)
-        shorts = [engine.submit(p, greedy(10), stream=False) for p in SHORT]
-        outs = [await long.wait(), *[await s.wait() for s in shorts]]
-        await task
-        return tokens, outs
-
-    tokens, outs = asyncio.run(scenario())
+    tokens, outs = beside_a_stream(
+        engine,
+        lambda: [
+            engine.submit(LONG, greedy(24, n=2), stream=False),
+            *[engine.submit(p, greedy(10), stream=False) for p in SHORT],
+        ],
+    )
     assert tokens == solo["run"]
     assert [c.token_ids for c in outs[0].completions] == solo["long"]
     assert [o.completions[0].token_ids for o in outs[1:]] == solo["short"]
@@ -273,26 +283,14 @@ def test_the_next_long_prompt_starts_in_the_budget_the_last_chunk_leaves(engine_
 
     monkeypatch.setattr(engine.runner, "prefill_at", spy)
 
-    async def scenario():
-        started = asyncio.Event()
-        tokens: list[int] = []
-
-        async def run():
-            async for delta in engine.stream("hello world", greedy(60)):
-                tokens.extend(delta.token_ids)
-                if len(tokens) == 2:
-                    started.set()
-
-        task = asyncio.create_task(run())
-        await started.wait()
+    def submit():
         slots.clear()  # the stream's own prompt (12 tokens) is not chunked at 16 anyway
-        first = engine.submit(LONG, greedy(24), stream=False)
-        then = engine.submit(second, greedy(24, n=2), stream=False)
-        outs = [await first.wait(), await then.wait()]
-        await task
-        return tokens, outs
+        return [
+            engine.submit(LONG, greedy(24), stream=False),
+            engine.submit(second, greedy(24, n=2), stream=False),
+        ]
 
-    tokens, outs = asyncio.run(scenario())
+    tokens, outs = beside_a_stream(engine, submit)
     assert slots == [(3, 16)] * 7 + [(3, 3), (2, 13), (2, 16), (2, 12)]
     assert tokens == solo["run"]
     assert outs[0].completions[0].token_ids == solo["long"]
