@@ -61,6 +61,42 @@ def test_data_train_eval_plot_stages(tmp_path, tiny):
     assert any(p.endswith("loss.png") for p in pngs)
 
 
+def test_eval_scores_a_preference_run_against_its_reference(tmp_path):
+    """A DPO run's eval JSON holds the held-out preference accuracy its trainer reported, against
+    the model it started from; that model, as --before, is its own reference: accuracy 0."""
+    small = ["data.source.num_train=64", "data.source.num_test=16", "device=cpu", "trainer.batch_size=8"]
+    sft, dpo = tmp_path / "sft", tmp_path / "dpo"
+    model = ["model.hidden_size=64", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=128"]
+    run(
+        "train",
+        "experiment=sft_arith",
+        *model,
+        *small,
+        "trainer.max_steps=3",
+        "trainer.eval_every=0",
+        f"run_dir={sft}",
+    )
+    start = [f"model.path={sft / 'model'}", f"tokenizer.path={sft / 'model'}"]
+    common = [*small, "data.source.max_test=16", "eval.exact_match.max_examples=4"]
+    steps = [
+        "trainer.max_steps=3",
+        "trainer.eval_every=0",
+        "trainer.save_every=0",
+        "scheduler.warmup_steps=0",
+    ]
+    train = run("train", "experiment=dpo_arith", *start, *common, *steps, f"run_dir={dpo}")
+    final = json.loads(train.stdout.strip().splitlines()[-1])
+    out = tmp_path / "eval.json"
+    metrics = json.loads(
+        run("eval", "--run", str(dpo), "--before", str(sft / "model"), "--out", str(out)).stdout
+    )
+    assert 0 < metrics["eval/accuracy"] <= 1
+    for key in ("eval/accuracy", "eval/margin", "eval/loss", "eval/exact_match"):
+        assert abs(metrics[key] - final[key]) < 1e-6, key
+    assert metrics["before/eval/accuracy"] == 0.0 and metrics["before/eval/margin"] == 0.0
+    assert metrics["gain/eval/accuracy"] == metrics["eval/accuracy"]
+
+
 def test_catalog_lists_every_registry_with_fields():
     text = run("catalog").stdout
     for heading in ("## model", "## optimizer", "## callback", "## trainer", "## source", "## tokenizer"):

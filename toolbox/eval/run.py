@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from toolbox.core.errors import ConfigError
 
@@ -17,6 +17,12 @@ def evaluate_model(cfg: DictConfig, model_dir: Path, before: Path | None = None)
     With ``before`` (the model a run started from, e.g. the SFT model of a GRPO run), that model is
     scored too, by the same evaluators on the same split: ``before/<metric>`` and
     ``gain/<metric>`` (after - before) join the metrics.
+
+    A preference run (``trainer=preference``: DPO and kin) is also scored as its trainer evaluates
+    it: held-out ``eval/accuracy`` (chosen gets the higher implicit reward), ``eval/margin`` and the
+    reward means, against the reference it trained with (``trainer.reference_path``, else the model
+    it started from, ``model.path``). Its ``before`` model is that reference, so ``before/eval/accuracy``
+    is 0 by construction.
     """
     metrics = _score(cfg, Path(model_dir))
     if before is not None:
@@ -32,6 +38,7 @@ def _score(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
     if not (model_dir / "config.json").is_file():
         raise ConfigError(f"--model: {model_dir} holds no saved model (config.json); train the run first.")
     cfg = cfg.copy()
+    reference = _reference_path(cfg)
     saved = json.loads((model_dir / "config.json").read_text())
     if saved.get("model_type") == "actor_critic":  # a policy of an environment run (ppo_env)
         cfg.model = {"name": "actor_critic", "path": str(model_dir)}
@@ -48,10 +55,30 @@ def _score(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
         cfg.tokenizer = None if untokenized else {"name": "pretrained", "path": str(model_dir)}
     cfg.callbacks = {}
     cfg.resume_from = None
-    parts = ExperimentBuilder.from_config(cfg).build(with_trainer=False)
+    if reference is not None:
+        with open_dict(cfg):
+            cfg.trainer.reference_path = reference
+    parts = ExperimentBuilder.from_config(cfg).build(with_trainer=reference is not None)
+    if reference is not None:  # the preference trainer's own held-out metrics, then the evaluators
+        return parts.trainer.evaluate()
     parts.model.eval()
     metrics: dict[str, float] = {}
     with torch.no_grad():
         for evaluator in parts.evaluators:
             metrics.update(evaluator(parts))
     return metrics
+
+
+def _reference_path(cfg: DictConfig) -> str | None:
+    """The reference model a preference run trained against (None for other runs)."""
+    trainer = cfg.get("trainer") or {}
+    if trainer.get("name") != "preference":
+        return None
+    path = trainer.get("reference_path") or (cfg.get("model") or {}).get("path")
+    if not path or not (Path(path) / "config.json").is_file():
+        raise ConfigError(
+            f"toolbox eval: this preference run's reference model ({path or 'model.path unset'}) is not a "
+            "saved model; its held-out accuracy needs the model it trained against: set "
+            "trainer.reference_path=DIR."
+        )
+    return str(path)
