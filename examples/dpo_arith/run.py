@@ -3,7 +3,9 @@
     python examples/dpo_arith/run.py --out work/dpo_arith                 # SFT, then DPO
     python examples/dpo_arith/run.py --out work/dpo_arith --sft-model results/sft_arith/model
 
-Stage 1 (skipped with ``--sft-model``) trains ``experiment=sft_arith`` (plus ``--sft-override``s);
+Stage 1 (skipped with ``--sft-model``) trains ``experiment=sft_arith`` until its held-out token
+accuracy reaches ``--sft-until-token-accuracy`` (0.88, as examples/grpo_arith: about 0.6 exact
+match, room for the second stage), plus ``--sft-override``s;
 stage 2 trains ``experiment=dpo_arith`` from the stage-1 model and tokenizer. Both stages use the
 same problem split (source seed 1234, 8000 train / 500 test problems), so the held-out pairs'
 prompts were never trained on. Prints, and writes to ``<out>/results.json``, the held-out
@@ -44,6 +46,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--dpo-override", action="append", default=[], help="extra override for the DPO stage"
     )
+    parser.add_argument(
+        "--sft-until-token-accuracy",
+        type=float,
+        default=0.88,
+        help="stop SFT once the held-out token accuracy is at least this (evaluated every 25 steps; 0: train it all)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -52,8 +60,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     sft_model = args.sft_model
     if sft_model is None:
+        from toolbox.trainer.callbacks.early_stopping import until_overrides
+
+        until = args.sft_until_token_accuracy
+        stop = ["eval=lm", *until_overrides("eval/token_accuracy", until)] if until else []
         sft_metrics, minutes, _ = _train(
-            ["experiment=sft_arith", f"run_dir={out / 'sft'}", *quiet, *args.sft_override]
+            ["experiment=sft_arith", *stop, f"run_dir={out / 'sft'}", *quiet, *args.sft_override]
         )
         sft_model = str(out / "sft" / "model")
         result["sft"] = {

@@ -64,20 +64,18 @@ def test_experiment_composes_with_the_sft_split():
     sft = load_config(["experiment=sft_arith"])
     for key in ("digits", "operators", "num_train", "num_test", "seed"):
         assert dpo.data.source[key] == sft.data.source[key], key  # same problems, same held-out prompts
-    assert dpo.trainer.name == "preference" and dpo.objective.name == "dpo"
+    assert dpo.trainer.name == "preference" and dpo.objective.name == "dpo_mix"
+    assert list(dpo.objective.loss_type) == ["sigmoid", "sft"]  # DPO + the chosen answers' NLL (RPO)
 
 
 @pytest.mark.slow
-def test_reaches_90_percent_preference_accuracy(tmp_path):
-    """The README's claim: >= 0.9 preference accuracy on 200 held-out pairs (about 15 minutes)."""
+def test_the_recipe_meets_its_matrix_expectation(tmp_path):
+    """The README's claim for seed 0 (the matrix's expectation): SFT stopped at token accuracy
+    0.88, then DPO + NLL: >= 0.9 greedy exact match, a gain >= 0.2 over the SFT start, >= 0.85
+    preference accuracy on 200 held-out pairs (about 5 CPU-minutes)."""
     main = _run_main()
 
-    sft = [
-        "trainer.max_steps=4000",
-        "trainer.eval_every=1000",
-        "trainer.save_every=1000",
-        "eval.exact_match.max_examples=200",
-    ]
-    result = main(["--out", str(tmp_path), *[a for o in sft for a in ("--sft-override", o)]])
-    assert result["sft"]["eval/exact_match"] >= 0.9
-    assert result["dpo"]["after"]["eval/accuracy"] >= 0.9
+    result = main(["--out", str(tmp_path)])
+    before, after = result["dpo"]["before"], result["dpo"]["after"]
+    assert after["eval/exact_match"] >= 0.9 and after["eval/exact_match"] - before["eval/exact_match"] >= 0.2
+    assert after["eval/accuracy"] >= 0.85

@@ -28,12 +28,9 @@ def sft_until(accuracy: float) -> list[str]:
     """Overrides that stop sft_arith once its held-out token accuracy is at least ``accuracy``:
     the same as the workflow's sft_warmstart run in config/config.yaml, whose in-training
     evaluation runs the default evaluator (perplexity, which reports eval/token_accuracy)."""
-    return [
-        "eval=lm",
-        "trainer.eval_every=25",
-        "+callbacks.early_stopping={name: early_stopping, monitor: eval/token_accuracy, mode: max, "
-        f"patience: 1000, stopping_threshold: {accuracy}}}",
-    ]
+    from toolbox.trainer.callbacks.early_stopping import until_overrides
+
+    return ["eval=lm", *until_overrides("eval/token_accuracy", accuracy)]
 
 
 def _train(overrides: list[str], evaluate_first: bool = False) -> tuple[dict, float, dict]:
