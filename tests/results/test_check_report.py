@@ -182,6 +182,18 @@ def test_report_of_a_matrix_states_the_spread_and_fills_a_readme_block(tmp_path:
     assert "<script" not in page and "<td><b>NO</b></td>" in page and "http" not in page
 
 
+def test_report_of_a_matrix_shows_only_the_metrics_asked_for(tmp_path: Path) -> None:
+    _matrix(tmp_path / "m")
+    md = tmp_path / "r.md"
+    assert (
+        main(["report", "--matrix", str(tmp_path / "m"), "--metrics", "eval/exact_match", "--md", str(md)])
+        == 0
+    )
+    text = md.read_text()
+    assert "| eval/exact_match | 0.9 | 0.97 | 1 | >= 0.95 |" in text and "eval/loss" not in text
+    assert "| 0 | exact | 1 | 2.5 | 0.9 | **NO** |" in text
+
+
 def test_report_block_must_exist() -> None:
     with pytest.raises(ConfigError, match="has no block '<!-- report:demo -->'"):
         replace_block("no block here", "demo", "x")

@@ -99,6 +99,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         block=args.block,
         title=args.title,
         expect_run=args.expect_run,
+        metrics=[m for m in (args.metrics or "").split(",") if m],
     ):
         print(path)
     return 0
@@ -195,6 +196,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--title", default="Results", help="the HTML page's title")
     p.add_argument("--expect-run", help="check a --matrix against this run's expect: in --config")
+    p.add_argument(
+        "--metrics",
+        help="a --matrix's metrics to show, comma-separated (eval/exact_match,eval/accuracy), each with its "
+        "before/ and gain/ values (default: all)",
+    )
     p.add_argument(
         "--dvc-plots",
         metavar="DIR",

@@ -20,7 +20,7 @@ import html
 import json
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,14 +151,17 @@ def matrix_runs(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
-def matrix_tables(folder: Path, expect: Any = None) -> list[Table]:
-    """The spread and the per-run table of a matrix; ``expect`` (else each point's own) is checked."""
+def matrix_tables(folder: Path, expect: Any = None, only: Sequence[str] = ()) -> list[Table]:
+    """The spread and the per-run table of a matrix; ``expect`` (else each point's own) is checked.
+    ``only``: the metrics to show (each with its ``before/`` and ``gain/`` values); default all."""
     runs = matrix_runs(folder)
     settings = [
         k for k in dict.fromkeys(k for s, _ in runs for k in s) if k not in ("name", "expect", "command")
     ]
     metrics = sorted({k for _, m in runs for k, v in m.items() if isinstance(v, int | float)})
     metrics = [m for m in metrics if m.startswith(("eval/", BEFORE, GAIN))]
+    if only:
+        metrics = [m for m in metrics if m.removeprefix(BEFORE).removeprefix(GAIN) in only]
     name = runs[0][0].get("name", folder.name)
     expect = expect or runs[0][0].get("expect")
     per_run = Table(f"{name}: every run ({len(runs)})", [*settings, *metrics] + (["holds"] if expect else []))
@@ -225,6 +228,7 @@ def write_report(
     block: str = "results",
     title: str = "Results",
     expect_run: str | None = None,
+    metrics: Sequence[str] = (),
 ) -> list[Path]:
     """Build the tables (the matrices given, else the runs of ``config``) and write them; with
     ``expect_run`` a matrix is checked against that run's ``expect:`` in ``config``."""
@@ -237,7 +241,7 @@ def write_report(
             raise ConfigError(f"--expect-run: no run '{expect_run}' in {config} (runs: {', '.join(runs)}).")
         expect = runs[expect_run].get("expect")
     tables = (
-        [t for folder in matrix for t in matrix_tables(folder, expect)]
+        [t for folder in matrix for t in matrix_tables(folder, expect, metrics)]
         if matrix
         else [runs_table(config, root)]
     )
