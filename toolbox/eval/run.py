@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -76,9 +77,11 @@ def _reference_path(cfg: DictConfig) -> str | None:
         return None
     path = trainer.get("reference_path") or (cfg.get("model") or {}).get("path")
     if not path or not (Path(path) / "config.json").is_file():
-        raise ConfigError(
-            f"toolbox eval: this preference run's reference model ({path or 'model.path unset'}) is not a "
-            "saved model; its held-out accuracy needs the model it trained against: set "
-            "trainer.reference_path=DIR."
+        warnings.warn(
+            f"toolbox eval: this preference run's reference ({path or 'model.path unset'}) is no saved "
+            "model, so its preference accuracy is not computed (the evaluators still run); set "
+            "trainer.reference_path=DIR to the model it trained against.",
+            stacklevel=3,
         )
+        return None
     return str(path)
