@@ -17,6 +17,12 @@ calculator tool through ``toolbox serve`` with the official ``openai`` client.
    calculator call of the right value) and ``answer_accuracy`` of the model, and of
    ``--before-model`` (the model it started from) when given, into ``--eval`` (JSON).
 
+With ``--memory DIR`` the agent keeps an episodic memory (toolbox.memory, MiniLM embeddings unless
+``--memory-embedder`` says otherwise): each training run is written into it as an episode (the
+problem, its calculator calls and results, the final answer, ``success``: the verifiable reward),
+and with ``--recall K`` every run (training and held-out) first retrieves the K most similar
+successful episodes into a system message. Held-out runs read the memory but never write to it.
+
 Servers listen on a free 127.0.0.1 port and are stopped by PID.
 """
 
@@ -30,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,6 +49,42 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class AgentMemory:
+    """The agent's episodic memory. Runs recall from the store as it was when they started (the
+    agent's threads share it under one lock); the episodes of a batch of runs are written after it,
+    in problem order, so what a run recalls does not depend on which concurrent run finished first."""
+
+    def __init__(self, memory, recall_k: int = 0) -> None:
+        self.memory, self.recall_k = memory, recall_k
+        self.lock = threading.Lock()
+        self.pending: list[tuple[str, dict, list[str], str, bool]] = []
+
+    def recall(self, question: str) -> str:
+        from toolbox.memory.writer import recall
+
+        with self.lock:
+            if not self.recall_k or len(self.memory) == 0:  # (a filter on a key no item has yet is an error)
+                return ""
+            return recall(self.memory, question, k=self.recall_k, filters={"success": True})
+
+    def remember(self, session: str, problem: dict, steps: list[str], final: str, correct: bool) -> None:
+        with self.lock:
+            self.pending.append((session, problem, steps, final, correct))
+
+    def commit(self) -> int:
+        """Write the pending episodes (in session order); return how many."""
+        from toolbox.memory.writer import write_episode
+
+        with self.lock:
+            done = sorted(self.pending, key=lambda e: (len(e[0]), e[0]))
+            for _, problem, steps, final, correct in done:
+                write_episode(self.memory, problem["question"], final or "(no answer)", steps, success=correct,
+                              metadata={"answer": problem["answer"]})  # fmt: skip
+            self.pending.clear()
+            self.memory.flush()
+        return len(done)
 
 
 class Server:
@@ -91,9 +134,12 @@ def solve(
     temperature: float = 0.0,
     max_turns: int = 3,
     max_tokens: int = 32,
+    memory: AgentMemory | None = None,
 ) -> dict:
     """One agent run: ask, execute the calculator calls, until a reply without a call. A request the
-    server refuses (a conversation grown past the model's context) ends the run as not correct."""
+    server refuses (a conversation grown past the model's context) ends the run as not correct.
+    With ``memory``, the recalled episodes open the conversation as a system message, and the run
+    is kept as an episode for ``memory.commit()``."""
     import openai
 
     from toolbox.data.sources.arithmetic_tools import TOOLS, calculate
@@ -103,7 +149,10 @@ def solve(
         if span is not None:
             headers["traceparent"] = f"00-{span.trace_id}-{span.id}-01"
         messages = [{"role": "user", "content": problem["question"]}]
-        tool_ok, final = False, ""
+        recalled = memory.recall(problem["question"]) if memory is not None else ""
+        if recalled:
+            messages.insert(0, {"role": "system", "content": recalled})
+        tool_ok, final, steps = False, "", []
         for turn in range(max_turns):
             try:
                 reply = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, max_tokens=max_tokens,
@@ -140,9 +189,12 @@ def solve(
                     )
                 if turn == 0 and c.function.name == "calculator" and result == problem["answer"]:
                     tool_ok = True
+                steps.append(f"{c.function.name}({expression}) -> {result}")
                 messages.append({"role": "tool", "tool_call_id": c.id, "content": result})
         numbers = NUMBER.findall(final)
         correct = bool(numbers) and numbers[-1] == problem["answer"]
+        if memory is not None:
+            memory.remember(session, problem, steps, final, correct)
         return {"correct": correct, "tool_call_ok": tool_ok, "final": final}
 
     if tracer is None:
@@ -157,14 +209,20 @@ def solve(
 
 
 def run_all(
-    base_url: str, problems: list[dict], tracer=None, temperature: float = 0.0, prefix: str = "p"
+    base_url: str,
+    problems: list[dict],
+    tracer=None,
+    temperature: float = 0.0,
+    prefix: str = "p",
+    memory: AgentMemory | None = None,
 ) -> list[dict]:
     import openai
 
     client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=2, timeout=300)
     with ThreadPoolExecutor(4) as pool:  # the engine batches concurrent requests
         futures = [
-            pool.submit(solve, client, p, tracer, f"{prefix}{i}", temperature) for i, p in enumerate(problems)
+            pool.submit(solve, client, p, tracer, f"{prefix}{i}", temperature, memory=memory)
+            for i, p in enumerate(problems)
         ]
         return [f.result() for f in futures]
 
@@ -191,7 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixed-width", action="store_true", help="as the source (operands of exactly --digits)")
     p.add_argument("--templates", type=int, default=0, help="as the source (0: all its templates)")
     p.add_argument("--seed", type=int, default=1, help="draw of the training problems")
+    p.add_argument("--memory", help="an episodic memory store (folder): training runs are written into it")
+    p.add_argument(
+        "--recall", type=int, default=0, help="runs retrieve this many successful episodes (needs --memory)"
+    )
+    p.add_argument("--memory-embedder", default="minilm", help="the memory's embedder (a registered name)")
     a = p.parse_args(argv)
+    if a.recall and not a.memory:
+        p.error("--recall needs --memory (the store to recall from)")
 
     from toolbox.core.atomic import atomic_write_text
     from toolbox.data.sources.arithmetic_tools import arithmetic_tools, draw
@@ -219,22 +284,36 @@ def main(argv: list[str] | None = None) -> int:
     log = traces.with_suffix(".serve.log")
     out: dict = {"model": a.model}
     start = time.perf_counter()
-    tracer = Tracer(traces, flush_every=32)  # the agent's runs, beside the server's model calls
-    server = Server(a.model, str(traces), log)
+    memory = None
+    if a.memory:
+        from toolbox.memory import EpisodicMemory
+
+        memory = AgentMemory(EpisodicMemory(a.memory, embedder={"name": a.memory_embedder}), a.recall)
     try:
-        results = run_all(server.base_url, train, tracer, a.temperature)
-    finally:
-        tracer.close()
-        server.stop()
-    out["train_runs"] = metrics(results)
-    for name, model in (("after", a.model), ("before", a.before_model)):
-        if not model:
-            continue
-        server = Server(model, None, log)
+        tracer = Tracer(traces, flush_every=32)  # the agent's runs, beside the server's model calls
+        server = Server(a.model, str(traces), log)
         try:
-            out[name] = metrics(run_all(server.base_url, held_out, prefix="eval"))
+            results = run_all(server.base_url, train, tracer, a.temperature, memory=memory)
+            if memory is not None:
+                out["memory"] = {"written": memory.commit(), "recall": a.recall, "path": a.memory}
         finally:
+            tracer.close()
             server.stop()
+        out["train_runs"] = metrics(results)
+        for name, model in (("after", a.model), ("before", a.before_model)):
+            if not model:
+                continue
+            server = Server(model, None, log)
+            try:
+                results = run_all(server.base_url, held_out, prefix="eval", memory=memory)
+            finally:
+                server.stop()
+            if memory is not None:
+                memory.pending.clear()  # held-out runs read the memory, never write to it
+            out[name] = metrics(results)
+    finally:
+        if memory is not None:
+            memory.memory.close()
     if "before" in out:  # what training on the traces changed (toolbox check reads gain/...)
         out["gain"] = {
             k: round(out["after"][k] - out["before"][k], 6) for k in ("tool_call_success", "answer_accuracy")

@@ -74,3 +74,36 @@ def test_an_agent_run_is_traced_and_scored_by_its_verifiable_reward():
 
     wrong = agent.solve(ScriptedClient("12*30"), problem, tracer, session="p1")
     assert wrong["correct"] is False and wrong["tool_call_ok"] is False
+
+
+def test_the_agent_recalls_its_successful_episodes_into_the_prompt(tmp_path):
+    from toolbox.memory import EpisodicMemory
+
+    coins = {"question": "Tom has 12 coins and finds 30 more. How many coins does he have?", "expression": "12+30", "answer": "42"}  # fmt: skip
+    apples = {"question": "Ann has 5 apples and buys 7 more. How many apples does she have?", "expression": "5+7", "answer": "12"}  # fmt: skip
+    store = EpisodicMemory(tmp_path / "memory", embedder={"name": "hashing"})
+    memory = agent.AgentMemory(store, recall_k=2)
+    first = ScriptedClient("12+30")
+    assert agent.solve(first, coins, session="p0", memory=memory)["correct"]
+    assert first.requests[0]["messages"][0]["role"] == "user"  # nothing to recall yet
+    assert agent.solve(ScriptedClient("5*7"), apples, session="p1", memory=memory)["correct"] is False
+    assert len(store) == 0 and memory.commit() == 2 and len(store) == 2
+
+    again = ScriptedClient("12+30")
+    agent.solve(again, coins, session="p2", memory=memory)
+    system, user = again.requests[0]["messages"][:2]
+    assert system["role"] == "system" and user == {"role": "user", "content": coins["question"]}
+    assert system["content"].startswith("Relevant memories:")
+    assert (
+        f"Task: {coins['question']}\nStep 1: calculator(12+30) -> 42\nOutcome: The answer is 42."
+        in system["content"]
+    )
+    assert "5*7" not in system["content"]  # the failed episode is not recalled
+    [episode] = [it for it in store.search(coins["question"], k=2) if it.metadata["success"]]
+    assert episode.metadata == {
+        "kind": "agent_episode",
+        "task": coins["question"],
+        "success": True,
+        "answer": "42",
+    }
+    store.close()
