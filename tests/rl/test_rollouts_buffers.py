@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -87,3 +89,43 @@ def test_rollout_queue_is_bounded_fifo():
     assert len(q) == 2 and q.get() == 1 and q.get() == 2
     with pytest.raises(IndexError):
         q.get()
+
+
+def test_informative_rows_are_the_groups_whose_rewards_differ():
+    outs = _outputs() + _outputs()
+    r = TextRollout.from_outputs(outs, pad_token_id=0)
+    # groups: [1, 1] all right, [0, 1] informative, [nan, 1] one scored reward, [0, nan, ...]
+    r.rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, float("nan"), 1.0, 0.5, 0.0])
+    assert r.informative_rows() == [2, 3, 6, 7]
+    r.rewards = None
+    with pytest.raises(ValueError, match="score the rollout first"):
+        r.informative_rows()
+
+
+def test_concat_repads_prompts_left_and_completions_right():
+    a = TextRollout.from_outputs(_outputs()[:1], prompts=["p0"], fields={"answer": ["x"]}, pad_token_id=0)
+    b = TextRollout.from_outputs(_outputs()[1:], prompts=["p1"], fields={"answer": ["y"]}, pad_token_id=0)
+    for part in (a, b):
+        part.rewards = torch.arange(len(part), dtype=torch.float32)
+        part.advantages = torch.ones(len(part))
+    whole = TextRollout.from_outputs(
+        _outputs(), prompts=["p0", "p1"], fields={"answer": ["x", "y"]}, pad_token_id=0
+    )
+    joined = TextRollout.concat([a, b], pad_token_id=0)
+    for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "sampling_logprobs"):
+        torch.testing.assert_close(getattr(joined, name), getattr(whole, name), msg=name)
+    assert joined.fields["answer"] == ["x", "x", "y", "y"] and joined.prompts == ["p0", "p0", "p1", "p1"]
+    assert joined.rewards.tolist() == [0.0, 1.0, 0.0, 1.0] and joined.completion_lengths.tolist() == [
+        2,
+        3,
+        1,
+        3,
+    ]
+    assert joined.attention_mask.tolist() == whole.attention_mask.tolist()
+    with pytest.raises(ValueError, match="num_generations"):
+        TextRollout.concat([a, replace(b, num_generations=1)])
+    with pytest.raises(ValueError, match="different fields"):
+        TextRollout.concat([a, TextRollout.from_outputs(_outputs()[1:], pad_token_id=0)])
+    unscored = TextRollout.from_outputs(_outputs()[1:], fields={"answer": ["y"]}, pad_token_id=0)
+    with pytest.raises(ValueError, match="rewards is set in some"):
+        TextRollout.concat([a, unscored])

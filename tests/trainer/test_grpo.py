@@ -165,8 +165,52 @@ def test_mask_truncated_completions(grpo_overrides):
             assert rollout.completion_mask[r].sum() == 0
 
 
-def test_resume_equals_uninterrupted(grpo_overrides, tmp_path):
-    common = [*grpo_overrides, DENSE, "optimizer.lr=1e-2", "trainer.max_steps=4"]
+@REWARDS.register("_test_constant")
+def _constant(**_):
+    def score(prompts, completions, **fields):
+        return [1.0 for _ in completions]
+
+    return score
+
+
+DYNAMIC = ["+trainer.dynamic_sampling=true", "+trainer.max_sampling_draws=3"]
+
+
+def test_dynamic_sampling_trains_only_on_groups_whose_rewards_differ(grpo_overrides):
+    parts = _build([*grpo_overrides, *DYNAMIC, "trainer.max_steps=1", DENSE, "optimizer.lr=1e-2"])
+    trainer = parts.trainer
+    trained, drawn = [], []
+    fill = trainer._fill_logps
+    trainer._fill_logps = lambda rollout, need_old: (trained.append(rollout), fill(rollout, need_old))
+    trainer.bus.subscribe(Event.ROLLOUT_END, lambda d: drawn.append(d.payload["rollout"]))
+    metrics = _record(parts)
+    trainer.fit()
+    (rollout,) = trained
+    groups = rollout.rewards.view(-1, 4)
+    assert len(groups) >= 1 and all(len(set(g.tolist())) > 1 for g in groups)
+    informative = sum(len(r.informative_rows()) // 4 for r in drawn)
+    assert (
+        metrics[0]["sampling/draws"] == len(drawn)
+        and metrics[0]["sampling/informative_groups"] == informative
+    )
+    assert len(groups) == min(informative, 4) and (informative >= 4 or len(drawn) == 3)
+    assert trainer.loader.offset == len(drawn)  # every draw took the next prompts
+
+
+def test_dynamic_sampling_without_an_informative_group_keeps_the_first_draw(grpo_overrides):
+    constant = "+trainer.rewards.const={name: _test_constant, weight: 1.0}"
+    parts = _build(
+        [*grpo_overrides, *DYNAMIC, "trainer.max_steps=1", constant, "trainer.rewards.correct.weight=0"]
+    )
+    metrics = _record(parts)
+    parts.trainer.fit()
+    assert metrics[0]["sampling/draws"] == 3 and metrics[0]["sampling/informative_groups"] == 0
+    assert metrics[0]["reward"] == 1.0 and metrics[0]["frac_reward_zero_std"] == 1.0
+
+
+@pytest.mark.parametrize("dynamic", [[], DYNAMIC], ids=["plain", "dynamic_sampling"])
+def test_resume_equals_uninterrupted(grpo_overrides, tmp_path, dynamic):
+    common = [*grpo_overrides, *dynamic, DENSE, "optimizer.lr=1e-2", "trainer.max_steps=4"]
     full = _build([*common, f"run_dir={tmp_path / 'full'}"])
     full.trainer.fit()
     first = _build([*common, f"run_dir={tmp_path / 'split'}", "trainer.max_steps=2"])

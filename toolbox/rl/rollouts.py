@@ -157,6 +157,68 @@ class TextRollout:
         out._lengths = self._lengths[idx.to(self._lengths.device)]
         return out
 
+    def informative_rows(self) -> list[int]:
+        """The rows of the groups whose rewards differ (a group with one reward for every completion
+        has zero advantage, so it gives the policy loss no gradient: DAPO's dynamic sampling keeps
+        only the others). Unscorable (NaN) rewards are left out of the comparison."""
+        if self.rewards is None:
+            raise ValueError("score the rollout first: informative_rows needs its rewards")
+        grouped = self.rewards.detach().float().cpu().view(-1, self.num_generations)
+        rows: list[int] = []
+        for g, rewards in enumerate(grouped):
+            scored = rewards[~torch.isnan(rewards)]
+            if len(scored) > 1 and bool((scored != scored[0]).any()):
+                rows.extend(range(g * self.num_generations, (g + 1) * self.num_generations))
+        return rows
+
+    @classmethod
+    def concat(cls, parts: Sequence[TextRollout], pad_token_id: int = 0) -> TextRollout:
+        """One rollout from several with the same ``num_generations`` (rows in order): prompts are
+        left-padded and completions right-padded again to the widest of the parts."""
+        if not parts:
+            raise ValueError("concat needs at least one rollout")
+        if len({p.num_generations for p in parts}) != 1:
+            raise ValueError("concat: the rollouts have different num_generations")
+        p_len = max(p.prompt_ids.shape[1] for p in parts)
+        c_len = max(p.completion_width for p in parts)
+
+        def left(t: Tensor, value: float) -> Tensor:
+            return torch.nn.functional.pad(t, (p_len - t.shape[1], 0), value=value)
+
+        def right(t: Tensor, value: float = 0) -> Tensor:
+            return torch.nn.functional.pad(t, (0, c_len - t.shape[1]), value=value)
+
+        per_token = {"completion_mask", "sampling_logprobs", "old_logprobs", "ref_logprobs", "advantages"}
+
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            vs = [getattr(p, f.name) for p in parts]
+            if f.name in ("prompt_ids", "prompt_mask"):
+                values[f.name] = torch.cat(
+                    [left(v, pad_token_id if f.name == "prompt_ids" else 0) for v in vs]
+                )
+            elif f.name == "completion_ids":
+                values[f.name] = torch.cat([right(v, pad_token_id) for v in vs])
+            elif f.name == "num_generations":
+                values[f.name] = vs[0]
+            elif f.name == "fields":
+                if any(v.keys() != vs[0].keys() for v in vs):
+                    raise ValueError("concat: the rollouts have different fields")
+                values[f.name] = {k: [x for v in vs for x in v[k]] for k in vs[0]}
+            elif isinstance(vs[0], list):
+                values[f.name] = [x for v in vs for x in v]
+            elif all(torch.is_tensor(v) for v in vs):
+                values[f.name] = torch.cat(
+                    [right(v) if f.name in per_token and v.dim() == 2 else v for v in vs]
+                )
+            elif any(v is not None for v in vs):
+                raise ValueError(f"concat: {f.name} is set in some rollouts and not in others")
+            else:
+                values[f.name] = None
+        out = cls(**values)
+        out._lengths = torch.cat([p._lengths for p in parts])
+        return out
+
     def minibatches(self, size: int, generator: torch.Generator | None = None) -> Iterator[TextRollout]:
         """Rows in a random order (or in order without a generator), ``size`` at a time."""
         order = (

@@ -17,14 +17,11 @@ One ``train_step`` is one rollout round::
               parameters are the engine's, nothing is copied); any other engine gets
               ``update_weights`` with the trained parameters after each optimizer step
 
-The ``ExperimentBuilder`` builds the engine (``parts.engine``) from the run's ``engine`` config
-node (``engine=torch``, ``engine=hf``, ...) with the policy model and tokenizer injected, without
-one the torch engine on the shared model (``default_engine``), and the frozen reference
-(``parts.reference_model``) when the objective needs it. Each optimizer step is the base's
-(``optimizer_step`` with the minibatch's mean loss); the scheduler steps once per round (its
-``total_steps`` is ``max_steps``). Metrics: per reward
-component mean/std/errors, reward mean/std, KL to the reference (when it exists), clip fractions,
-entropy, completion lengths, rollout / reward / update / sync seconds and rollout tokens per second.
+The builder makes the engine (``parts.engine`` from the ``engine`` node; without one the torch
+engine sharing the policy, ``default_engine``) and the frozen reference (``parts.reference_model``)
+when the objective needs it. Each optimizer step is the base's; the scheduler steps once per round.
+Metrics: per reward component mean/std/errors, reward mean/std, KL to the reference, clip fractions,
+entropy, completion lengths, timings, rollout tokens per second (and ``sampling/*``: dynamic sampling).
 """
 
 from __future__ import annotations
@@ -48,6 +45,7 @@ from toolbox.objectives.logprobs import token_logprobs
 from toolbox.objectives.policy import PolicyBatch
 from toolbox.rewards.composite import CompositeReward
 from toolbox.rl.advantages import GroupEstimator
+from toolbox.rl.dynamic_sampling import fill_informative
 from toolbox.rl.rollouts import TextRollout
 from toolbox.serving.engine import SamplingParams
 from toolbox.trainer.base import BaseTrainer
@@ -97,6 +95,9 @@ class GRPOTrainer(BaseTrainer):
         prompt_field: the record field holding the prompt text (passed to the rewards).
         seed_sampling: seed each prompt's sampling from (run seed, round, prompt), so a resumed run
             draws the same completions as an uninterrupted one.
+        dynamic_sampling: DAPO's dynamic sampling (toolbox.rl.dynamic_sampling): train each round
+            on groups whose rewards differ, drawing further prompts to fill ``prompts_per_step``.
+        max_sampling_draws: the most prompt batches a round draws with dynamic_sampling.
     """
 
     objective_family = PolicyObjective
@@ -128,6 +129,8 @@ class GRPOTrainer(BaseTrainer):
         prompt_field: str = "prompt",
         seed_sampling: bool = True,
         activation_checkpointing: bool = False,
+        dynamic_sampling: bool = False,
+        max_sampling_draws: int = 4,
     ) -> None:
         super().__init__(
             parts,
@@ -138,9 +141,10 @@ class GRPOTrainer(BaseTrainer):
             activation_checkpointing=activation_checkpointing,
         )
         rows = prompts_per_step * num_generations
-        if prompts_per_step < 1 or num_generations < 1 or max_completion_length < 1 or ppo_epochs < 1:
+        if min(prompts_per_step, num_generations, max_completion_length, ppo_epochs, max_sampling_draws) < 1:
             raise ConfigError(
-                "trainer: prompts_per_step, num_generations, max_completion_length and ppo_epochs must be >= 1."
+                "trainer: prompts_per_step, num_generations, max_completion_length, ppo_epochs and "
+                "max_sampling_draws must be >= 1."
             )
         if temperature <= 0:
             raise ConfigError(f"trainer.temperature: {temperature}; GRPO samples, so it must be > 0.")
@@ -160,6 +164,8 @@ class GRPOTrainer(BaseTrainer):
         self.mask_truncated = mask_truncated_completions
         self.prompt_field = prompt_field
         self.seed_sampling = seed_sampling
+        self.dynamic_sampling = dynamic_sampling
+        self.max_sampling_draws = max_sampling_draws
         self.reward = CompositeReward(rewards or DEFAULT_REWARDS, on_error=reward_on_error)
         self.advantage = ADVANTAGES.build(advantage or {"name": "group_norm"}, "trainer.advantage")
         if not isinstance(self.advantage, GroupEstimator):
@@ -194,8 +200,9 @@ class GRPOTrainer(BaseTrainer):
         return [self.tokenizer.bos_token_id, *self.tokenizer.encode(text, add_special_tokens=False)]
 
     @torch.no_grad()
-    def rollout(self, examples: list[dict[str, Any]]) -> TextRollout:
-        """Sample ``num_generations`` completions per example and build the rollout (no rewards yet)."""
+    def rollout(self, examples: list[dict[str, Any]], draw: int = 0) -> TextRollout:
+        """Sample ``num_generations`` completions per example and build the rollout (no rewards yet);
+        ``draw`` > 0 is a further draw of the same round (dynamic sampling), seeded apart."""
         base = SamplingParams(
             max_tokens=self.max_completion_length,
             temperature=self.temperature,
@@ -205,6 +212,8 @@ class GRPOTrainer(BaseTrainer):
         )
         prompt_ids = [self._prompt_ids(ex) for ex in examples]
         round_seed = (self.context.seed * 1_000_003 + self.step * 10_007) % 2**62
+        if draw:
+            round_seed = (round_seed ^ (draw * 0x9E3779B97F4A7C15)) % 2**62
         with self.eval_mode(self.policy):
             if self.seed_sampling and self.engine.supports_submit:
                 # one request per prompt, each with its own seed, all in the running batch at once
@@ -268,17 +277,28 @@ class GRPOTrainer(BaseTrainer):
         if refs:
             rollout.ref_logprobs = torch.cat(refs)
 
-    def train_step(self) -> dict[str, float]:
-        start = time.perf_counter()
-        examples = self.loader.next_batch()
-        rollout = self.rollout(examples)
-        rollout_time = time.perf_counter() - start
-
+    def _draw(self, draw: int, times: list[float]) -> tuple[TextRollout, dict[str, float]]:
+        """A prompt batch sampled and scored; ``times`` += rollout s, reward s, generated tokens."""
+        t = time.perf_counter()
+        rollout = self.rollout(self.loader.next_batch(), draw)
+        times[0] += time.perf_counter() - t
+        times[2] += float(rollout.completion_lengths.sum())
         t = time.perf_counter()
         metrics: dict[str, float] = dict(self.score(rollout))
         metrics.update(rollout.metrics())
-        reward_time = time.perf_counter() - t
+        times[1] += time.perf_counter() - t
         self.bus.emit(Event.ROLLOUT_END, self, self.step + 1, rollout=rollout)
+        return rollout, metrics
+
+    def train_step(self) -> dict[str, float]:
+        start = time.perf_counter()
+        times = [0.0, 0.0, 0.0]  # rollout seconds, reward seconds, generated tokens
+        rollout, metrics = self._draw(0, times)
+        if self.dynamic_sampling:
+            more = (self.prompts_per_step, self.max_sampling_draws, self.pad_token_id)
+            rollout, stats = fill_informative(rollout, lambda i: self._draw(i, times)[0], *more)
+            metrics.update(stats)
+        rollout_time, reward_time, generated = times
 
         t = time.perf_counter()
         self.model.train()
@@ -346,7 +366,7 @@ class GRPOTrainer(BaseTrainer):
                 "reward_time": reward_time,
                 "update_time": update_time,
                 "sync_time": sync_time,
-                "rollout_tokens_per_s": tokens / max(rollout_time, 1e-9),
+                "rollout_tokens_per_s": generated / max(rollout_time, 1e-9),
                 "step_time": step_time,
             }
         )
