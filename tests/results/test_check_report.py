@@ -194,6 +194,20 @@ def test_report_of_a_matrix_shows_only_the_metrics_asked_for(tmp_path: Path) -> 
     assert "| 0 | exact | 1 | 2.5 | 0.9 | **NO** |" in text
 
 
+def test_report_of_a_matrix_checks_the_expectation_given(tmp_path: Path, capsys) -> None:
+    """--expect replaces the points' own expectation (>= 0.95 fails the 0.9 point; >= 0.85 does not)."""
+    _matrix(tmp_path / "m")
+    md = tmp_path / "r.md"
+    args = ["report", "--matrix", str(tmp_path / "m"), "--metrics", "eval/exact_match", "--md", str(md)]
+    assert main([*args, "--expect", '{"eval/exact_match": {"min": 0.85}}']) == 0
+    text = md.read_text()
+    assert "| eval/exact_match | 0.9 | 0.97 | 1 | >= 0.85 |" in text and "**NO**" not in text
+    assert main([*args, "--expect", "{min: 0.85}"]) == 2
+    assert "--expect: not JSON" in capsys.readouterr().err
+    assert main([*args, "--expect", "{}", "--expect-run", "demo"]) == 2
+    assert "give one expectation, not both" in capsys.readouterr().err
+
+
 def test_report_block_must_exist() -> None:
     with pytest.raises(ConfigError, match="has no block '<!-- report:demo -->'"):
         replace_block("no block here", "demo", "x")

@@ -22,15 +22,10 @@ from pathlib import Path
 
 def cmd_check(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import atomic_write_text
-    from toolbox.core.errors import ConfigError, DataError
+    from toolbox.core.errors import DataError
     from toolbox.results.expect import check, markdown_table
 
-    try:
-        expect = json.loads(args.expect)
-    except json.JSONDecodeError as e:
-        raise ConfigError(
-            f'--expect: not JSON ({e}); write it as \'{{"eval/exact_match": {{"min": 0.95}}}}\'.'
-        ) from None
+    expect = parse_expect(args.expect)
     paths = [Path(p) for p in args.eval]
     path = paths[0]
     metrics: dict = {}
@@ -66,6 +61,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_expect(text: str) -> dict:
+    """An ``--expect`` argument (JSON) as a dict, or a ConfigError showing how to write it."""
+    from toolbox.core.errors import ConfigError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f'--expect: not JSON ({e}); write it as \'{{"eval/exact_match": {{"min": 0.95}}}}\'.'
+        ) from None
+
+
 def flat(metrics: dict, prefix: str = "") -> dict:
     """Nested metrics as one level, keys joined by '/': agent_eval.json's ``{"gain":
     {"answer_accuracy": 0.2}}`` is ``gain/answer_accuracy`` (eval.json is flat already)."""
@@ -99,6 +106,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         block=args.block,
         title=args.title,
         expect_run=args.expect_run,
+        expect=parse_expect(args.expect) if args.expect else None,
         metrics=[m for m in (args.metrics or "").split(",") if m],
     ):
         print(path)
@@ -111,7 +119,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from toolbox.core.errors import ConfigError
     from toolbox.results.matrix import parse_seeds, run_matrix
 
-    expect = json.loads(args.expect) if args.expect else None
+    expect = parse_expect(args.expect) if args.expect else None
     if args.expect_run:
         runs = (yaml.safe_load(Path(args.config).read_text()) or {}).get("runs") or {}
         if args.expect_run not in runs:
@@ -196,6 +204,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--title", default="Results", help="the HTML page's title")
     p.add_argument("--expect-run", help="check a --matrix against this run's expect: in --config")
+    p.add_argument(
+        "--expect",
+        help='check a --matrix against this expectation (JSON: {"eval/exact_match": {"min": 0.95}})',
+    )
     p.add_argument(
         "--metrics",
         help="a --matrix's metrics to show, comma-separated (eval/exact_match,eval/accuracy), each with its "

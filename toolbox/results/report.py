@@ -229,10 +229,13 @@ def write_report(
     title: str = "Results",
     expect_run: str | None = None,
     metrics: Sequence[str] = (),
+    expect: dict | None = None,
 ) -> list[Path]:
-    """Build the tables (the matrices given, else the runs of ``config``) and write them; with
-    ``expect_run`` a matrix is checked against that run's ``expect:`` in ``config``."""
-    expect = None
+    """Build the tables (the matrices given, else the runs of ``config``) and write them; a matrix
+    is checked against ``expect``, or with ``expect_run`` against that run's ``expect:`` in
+    ``config``, else against the expectation each point recorded (its run.json)."""
+    if expect is not None and expect_run:
+        raise ConfigError("--expect and --expect-run: give one expectation, not both.")
     if expect_run:
         import yaml
 
