@@ -172,7 +172,7 @@ class HnswIndex(VectorIndex):
             labels, dist = self._index.knn_query(query, k=kk, num_threads=1)
         except RuntimeError:  # the graph walk found fewer than kk: ``search`` answers exactly
             return super().search_one(query, k)
-        return self._id[labels[0].astype(np.int64)], [1.0 - d for d in dist[0].tolist()]
+        return self._id.take(labels[0]), [1.0 - d for d in dist[0].tolist()]  # take: no uint64 cast
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._vectors.get(ids)
