@@ -44,7 +44,8 @@ from toolbox.memory.index.exact import ExactIndex
 
 @VECTOR_INDEXES.register("hnsw")
 class HnswIndex(VectorIndex):
-    """HNSW graph (hnswlib, inner product) with native deletes, updates and filtered search.
+    """HNSW graph (hnswlib, cosine space: the inner product of normalised rows) with native
+    deletes, updates and filtered search.
 
     Args:
         dim: vector dimension (set by the store from its embedder).
