@@ -5,50 +5,49 @@ Data: synthetic unit vectors of dimension 384 with the similarity profile of sen
 a query's nearest neighbour has cosine ~0.38, a random pair ~0.0). Queries are fresh draws from the
 same distribution, not stored items. Recall@10 is measured against exact search (a matmul).
 
-Two parts, each printing (and writing with --out) one JSON object:
+Three parts, each printing (and writing with --out) one JSON object:
 
 ``libraries``: faiss-cpu ``IndexHNSWFlat``, hnswlib and usearch (float32 and int8) built on the
 same N vectors with the same graph settings (M=16, ef_construction=100, all cores), then searched one
 query at a time on one thread at several ``ef``: build rate, p50/p99 latency and recall@10.
 
-``scale``: one ``EpisodicMemory`` store with the ``hnsw`` index is filled through ``add_many`` in
+``scale``: an ``EpisodicMemory`` store with the ``hnsw`` index, filled through ``add_many`` in
 chunks (rows, history, FTS5 text index, pending log, index snapshots: the store's add throughput;
-the index is built once), and each time it reaches a size in --sizes it is searched one query at a
-time:
+the index is built once), at each size in --sizes (one store grown through them, or with --cache
+one saved store per size), searched one query at a time:
   - ``bare``: hnswlib's ``knn_query`` on the store's own graph (the library call),
   - ``index``: our ``HnswIndex.search`` (the same graph; ratio = our overhead),
-  - ``store``: ``EpisodicMemory.search`` with a query vector, the hits' rows in its row cache
-    (one untimed pass first), and ``store_uncached``: the same with the cache bypassed (index +
-    SQLite row fetch),
+  - ``store``: ``EpisodicMemory.search`` with a query vector, its rows answered from the resident
+    copy of every row (``row_cache="all"``, the default; loaded by the first search, whose time and
+    the RSS growth are ``resident_rows``), and ``store_sql``: the same with every hit read from
+    SQLite (``row_cache=0``, what a store does for rows it does not hold),
   - ``exact``: ``ExactIndex.search`` (a matmul over all N),
   - ``filtered``: ``EpisodicMemory.search`` with a metadata filter matching ~10% of items (and its
     recall@10 against the exact top 10 among the matching items),
-and the time spent inside hnswlib's ``add_items`` during the adds (the bare library's share).
+the first four interleaved: every (call, query) pair once per round, in a random order, so that
+load swings and cache warmth hit all of them alike (``interleaved``); results are turned into ids
+after the timing. ``--pin CORE`` times the searches on one core (the adds keep every core);
+``--add-n N`` also times N adds into a fresh store (a saved store's add figures are those of the
+run that built it, in ``DIR.build.json`` beside it).
 
-``overhead``: the bare hnswlib call, our ``HnswIndex.search`` and ``EpisodicMemory.search`` on the
-same graph, every (call, query) pair once per round in a random order, so that load swings and cache
-warmth hit all of them alike: p50/p99 of each and their ratios. The store is timed twice, the two
-ends of its row cache (``toolbox.memory.row_cache``): ``store`` with the hits' rows in the cache
-(one untimed pass over the queries first: a long-lived store asked about what it was asked before)
-and ``store_uncached`` with the cache bypassed (every hit read from SQLite: a store asked only new
-things). A real workload lies between the two.
+``overhead``: the bare hnswlib call, our index, the store and ``store_sql`` on one store's graph,
+interleaved as above: p50/p99 of each and their ratios. ``benchmarks/memory_ab.py`` compares the
+store's overhead of two versions of ``toolbox/`` on one saved store.
 
     python benchmarks/memory.py libraries --n 100000 --out benchmarks/results/memory_libraries.json
     nice -n 5 python benchmarks/memory.py scale --sizes 100000 1000000 --out benchmarks/results/memory_scale.json
-    nice -n 5 python benchmarks/memory.py overhead --n 50000 --out benchmarks/results/memory_overhead.json
+    python benchmarks/memory.py overhead --n 50000 --out benchmarks/results/memory_overhead.json
 
-``--cache DIR`` keeps the store in DIR (for example under work/, which git ignores) and reuses it when
-a later run finds it there (``overhead`` opens it with its own index settings, so a store that
-``scale`` built serves it too): a 1M store takes most of an hour to build on a shared 2-core
-machine, so build it once at low priority and time searches in later runs at normal priority::
+``--cache DIR ...`` keeps each size's store in its DIR and reuses it when a later run finds it
+there (``overhead`` opens it with its own index settings): a 1M store takes 8-40 min to build on a
+shared 2-core machine, so build it once at low priority and time searches in later runs::
 
     nice -n 19 python benchmarks/memory.py scale --sizes 1000000 --M 16 --ef-construction 100 \\
-        --flush-every 250000 --chunk 20000 --cache work/memory-bench-1m --build-only
-    taskset -c 1 python benchmarks/memory.py scale --sizes 1000000 --M 16 --ef-construction 100 \\
-        --flush-every 250000 --cache work/memory-bench-1m --queries 1000 --ef 64 128 192 256 384 \\
-        --filter-ef 64 --filter-queries 200 --exact-queries 30 --out benchmarks/results/memory_scale_1m.json
-    taskset -c 1 python benchmarks/memory.py overhead --n 1000000 --queries 500 --rounds 3 \\
-        --ef 64 128 256 --cache work/memory-bench-1m --out benchmarks/results/memory_overhead_1m.json
+        --flush-every 250000 --chunk 20000 --cache /work/bench/memory-1m --build-only
+    python benchmarks/memory.py scale --sizes 100000 1000000 --cache /work/bench/memory-100k \\
+        /work/bench/memory-1m --M 16 --ef-construction 100 --flush-every 250000 --queries 1000 \\
+        --rounds 3 --ef 64 128 256 --filter-ef 64 --filter-queries 200 --exact-queries 30 \\
+        --add-n 100000 --pin 1 --out benchmarks/results/memory_scale.json
 
 The machine is shared: the JSON records the load average before and after each part.
 """
@@ -56,6 +55,7 @@ The machine is shared: the JSON records the load average before and after each p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 
@@ -225,100 +225,201 @@ class _AddClock:
         return getattr(self.inner, name)
 
 
-def bench_scale(args) -> dict:
-    """One store grown to the largest size, measured each time it reaches one of ``--sizes``."""
+@contextlib.contextmanager
+def pinned(cpu: int | None):
+    """Run the block on core ``cpu`` alone (None: as the process runs); adds before it keep all cores."""
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def rss_mib() -> float:
+    """This process's resident memory (Linux ``/proc/self/statm``; NaN elsewhere)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return float("nan")
+
+
+def open_store(folder: Path, args, spec: dict | None):
+    """The benchmark's store in ``folder`` (hashing embedder: the vectors are given)."""
     from toolbox.memory import EpisodicMemory
 
+    return EpisodicMemory(
+        folder,
+        embedder={"name": "hashing", "dim": DIM},
+        index=spec,
+        cache=False,
+        index_fields=["topic"],
+        flush_every=args.flush_every,
+    )
+
+
+def fill(store, data: np.ndarray, topics: np.ndarray, stop: int, chunk: int) -> dict:
+    """Add items ``len(store)..stop`` through ``add_many``; the store's add rate and hnswlib's share."""
+    clock = _AddClock(store.index._index)
+    store.index._index = clock  # times hnswlib's add_items inside our adds
+    start, t0 = len(store), time.perf_counter()
+    try:
+        for lo in range(start, stop, chunk):
+            hi = min(stop, lo + chunk)
+            store.add_many(
+                [f"memory {i} about topic {topics[i]}" for i in range(lo, hi)],
+                [{"topic": int(topics[i])} for i in range(lo, hi)],
+                vectors=data[lo:hi],
+            )
+            if (lo // chunk) % 10 == 0:
+                print(f"{hi} added, {time.perf_counter() - t0:.0f}s", flush=True)
+        store.flush()
+    finally:
+        store.index._index = clock.inner
+    seconds = time.perf_counter() - t0
+    return {
+        "items_added": stop - start,
+        "store_add_per_s": (stop - start) / seconds,
+        "store_add_seconds": seconds,
+        "library_add_seconds": clock.seconds,
+        "store_add_over_library_add": seconds / clock.seconds,
+    }
+
+
+def bench_scale(args) -> dict:
+    """The store at each of ``--sizes``: one store grown through them, or one cached store each."""
     sizes = sorted(args.sizes)
     out: dict = {
         "dim": DIM,
         "queries": args.queries,
+        "rounds": args.rounds,
         "index": {"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction},
         "flush_every": args.flush_every,
         "cpus": os.cpu_count(),
-        "note": f"shared 2-core machine; this process at nice {os.nice(0)}",
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "searches_pinned_to_core": args.pin,
+        "note": f"this process at nice {os.nice(0)}",
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "sizes": {},
     }
+    if args.cache and len(args.cache) != len(sizes):
+        raise SystemExit(f"--cache takes one folder per size ({len(sizes)} sizes, {len(args.cache)} folders)")
     queries = vectors(args.queries, 99)
     data = vectors(sizes[-1], 0)
     topics = np.random.default_rng(5).integers(0, 10, sizes[-1])  # the filter field: ~10% per value
-    if args.cache:  # a store built by an earlier run (same data, same settings) is reused
-        folder = Path(args.cache)
-        if len(sizes) != 1:
-            raise SystemExit("--cache takes one size (a cached store is not grown)")
-    else:
-        folder = Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
     spec = {"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction}
+    if args.add_n:  # the add rate on a fresh store (a cached store's comes from the run that built it)
+        tmp = Path(tempfile.mkdtemp(prefix="memory-bench-add-", dir=args.tmp))
+        try:
+            store = open_store(tmp, args, spec)
+            out["add"] = {"load_before": load(), **fill(store, data, topics, args.add_n, args.chunk)}
+            out["add"]["load_after"] = load()
+            store.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print("add:", json.dumps(out["add"]), flush=True)
+    grown = None if args.cache else Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
+    store = None
     try:
-        t_open = time.perf_counter()
-        store = EpisodicMemory(
-            folder,
-            embedder={"name": "hashing", "dim": DIM},
-            index=spec,
-            cache=False,
-            index_fields=["topic"],
-            flush_every=args.flush_every,
-        )
-        added = len(store)
-        if added:  # a cached store: complete (reused) or cut short (filled up from where it stopped)
-            if added > sizes[0]:
-                raise SystemExit(f"the cached store {folder} holds {added} items, more than {sizes[0]}")
-            out["cached_store"] = {"path": str(folder), "open_seconds": time.perf_counter() - t_open}
-        clock = _AddClock(store.index._index)
-        store.index._index = clock  # times hnswlib's add_items inside our adds
-        t0, add_s = time.perf_counter(), 0.0
-        for n in sizes:
+        for j, n in enumerate(sizes):
             row: dict = {"load_before": load()}
-            if added == n:  # reused: the add figures are those of the run that built it
-                store.index._index = clock.inner
-                if args.build_only:
-                    break
-                row.update(measure(store, data[:n], topics[:n], queries, args))
-                row["load_after"] = load()
-                out["sizes"][str(n)] = row
-                print(f"n={n}:", json.dumps({k: v for k, v in row.items() if k != "search"}), flush=True)
-                continue
-            t_size = time.perf_counter()
-            for start in range(added, n, args.chunk):
-                stop = min(n, start + args.chunk)
-                store.add_many(
-                    [f"memory {i} about topic {topics[i]}" for i in range(start, stop)],
-                    [{"topic": int(topics[i])} for i in range(start, stop)],
-                    vectors=data[start:stop],
-                )
-                if (start // args.chunk) % 10 == 0:
-                    print(f"{stop} added, {time.perf_counter() - t0:.0f}s", flush=True)
-            store.flush()
-            add_s += time.perf_counter() - t_size
-            added = n
-            row["store_add_per_s"] = n / add_s
-            row["store_add_seconds"] = add_s
-            row["library_add_seconds"] = clock.seconds
-            row["store_add_over_library_add"] = add_s / clock.seconds
-            row["store_bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-            store.index._index = clock.inner
-            if args.build_only:
-                out["sizes"][str(n)] = row
-                break
-            row.update(measure(store, data[:n], topics[:n], queries, args))
-            store.index._index = clock
+            folder = Path(args.cache[j]) if args.cache else grown
+            if store is None or args.cache:
+                t_open = time.perf_counter()
+                store = open_store(folder, args, spec)
+                row["open_seconds"] = time.perf_counter() - t_open
+            if len(store) > n:
+                raise SystemExit(f"the store {folder} holds {len(store)} items, more than {n}")
+            record = folder.parent / f"{folder.name}.build.json"
+            if len(store) == n and args.cache:  # reused: the add figures are those of its build
+                row["cached_store"] = str(folder)
+                if record.exists():
+                    row["build"] = json.loads(record.read_text())
+            else:  # built here (a cached store cut short is filled up from where it stopped)
+                row.update(fill(store, data, topics, n, args.chunk))
+                row["store_bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+                if args.cache:  # a later run on this store reports how it was built
+                    build = {**row, "load_after": load(), "nice": os.nice(0), "command": " ".join(sys.argv)}
+                    write_json(str(record), build)
+            if not args.build_only:
+                with pinned(args.pin):
+                    row.update(measure(store, data[:n], topics[:n], queries, args))
             row["load_after"] = load()
             out["sizes"][str(n)] = row
             print(f"n={n}:", json.dumps({k: v for k, v in row.items() if k != "search"}), flush=True)
-            if args.out:  # each size as soon as it is done: the 1M part takes most of an hour here
+            if args.out:  # each size as soon as it is done: the 1M part takes long
                 write_json(args.out, out)
-        store.index._index = clock.inner
-        store.close()
+            if args.cache:
+                store.close()
+                store = None
     finally:
-        if not args.cache:
-            shutil.rmtree(folder, ignore_errors=True)
+        if store is not None:
+            store.close()
+        if grown is not None:
+            shutil.rmtree(grown, ignore_errors=True)
     return out
 
 
 def labels_to_rows(index, labels: np.ndarray) -> np.ndarray:
     """hnswlib labels -> rows of data (each insert has its own label; item id = row + 1)."""
     return index._id[np.asarray(labels, dtype=np.int64)] - 1
+
+
+def interleaved(
+    calls: dict, queries: np.ndarray, rounds: int, seed: int, warm: np.ndarray | None = None
+) -> tuple[dict, dict]:
+    """Every (call, query) pair once per round, in a random order, so that load swings and cache
+    warmth (the same query twice in a row runs faster) hit every call alike; each call warmed up
+    first on ``warm`` (default: the first 20 queries). Returns ``{name: {p50_ms, p99_ms}}`` and each
+    call's results of round one (untouched: a result is turned into ids after the timing)."""
+    for fn in calls.values():
+        for q in queries[:20] if warm is None else warm:
+            fn(q)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    results: dict[str, list] = {name: [None] * len(queries) for name in calls}
+    rng = np.random.default_rng(seed)
+    jobs = [(name, j) for name in calls for j in range(len(queries))]
+    for r in range(rounds):
+        for k in rng.permutation(len(jobs)):
+            name, j = jobs[k]
+            fn, q = calls[name], queries[j]
+            t = time.perf_counter()
+            result = fn(q)
+            times[name].append(time.perf_counter() - t)
+            if r == 0:
+                results[name][j] = result
+    lat = {}
+    for name, v in times.items():
+        ms = np.array(v) * 1e3
+        lat[name] = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+    return lat, results
+
+
+def store_calls(store) -> dict:
+    """The bare hnswlib call, our index and the store on the same graph: ``store`` answers from its
+    resident rows (``row_cache="all"``, the default), ``store_sql`` reads every hit from SQLite
+    (``row_cache=0``: what a store without resident rows does for rows it has not cached)."""
+    from toolbox.memory.row_cache import RowCache
+
+    index, graph = store.index, store.index._index
+    resident, sql = store._cache, RowCache(store._rows, 0)
+
+    def with_rows(rows):
+        def search(q):
+            store._cache = rows
+            return store.search(q, k=10)
+
+        return search
+
+    return {
+        "bare": lambda q: graph.knn_query(q, k=10, num_threads=1),
+        "index": lambda q: index.search(q, 10),
+        "store": with_rows(resident),
+        "store_sql": with_rows(sql),
+    }
 
 
 def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, args) -> dict:
@@ -328,40 +429,38 @@ def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, ar
     n = len(data)
     truth = ground_truth(data, queries)
     index = store.index
-    graph = index._index  # the hnswlib object our index wraps: the bare library call
     assert len(index) == n  # item ids are 1..n: id - 1 is the row of data
     row: dict = {"search": []}
-    t = time.perf_counter()  # read the item rows once: a long-lived store has them in the page cache
-    store._rows.db.execute("SELECT sum(length(text) + length(metadata)) FROM items").fetchone()
-    row["warm_rows_seconds"] = time.perf_counter() - t
+    rss, t = rss_mib(), time.perf_counter()  # the first search loads the resident rows
+    store.search(queries[0], k=10)
+    row["resident_rows"] = {
+        "load_seconds": time.perf_counter() - t,
+        "resident_rows_mib": rss_mib() - rss,  # RSS growth (SQLite's page cache filling included)
+        **store._cache.stats(),
+    }
+    resident = store._cache
+    calls = store_calls(store)
+    to_rows = {
+        "bare": lambda r: labels_to_rows(index, r[0][0]),
+        "index": lambda r: r[0][0] - 1,
+        "store": lambda r: np.array([it.id - 1 for it in r]),
+        "store_sql": lambda r: np.array([it.id - 1 for it in r]),
+    }
     for ef in args.ef:
         index.ef_search = ef
-        graph.set_ef(ef)
-        bare_lat, bare_found = timed(lambda q: graph.knn_query(q, k=10, num_threads=1)[0][0], queries)
-        ours_lat, ours_found = timed(lambda q: index.search(q, 10)[0][0], queries)
-        for q in queries:  # "store": the hits' rows in the row cache (see ``overhead``)
-            store.search(q, k=10)
-        store_lat, store_found = timed(lambda q: np.array([it.id for it in store.search(q, k=10)]), queries)
-        size, store._cache.size = store._cache.size, 0  # "store_uncached": every hit read from SQLite
-        uncached_lat, uncached_found = timed(
-            lambda q: np.array([it.id for it in store.search(q, k=10)]), queries
-        )
-        store._cache.size = size
-        row["search"].append(
-            {
-                "ef": ef,
-                "bare": {**bare_lat, "recall_at_10": recall(labels_to_rows(index, bare_found), truth)},
-                "index": {**ours_lat, "recall_at_10": recall(ours_found - 1, truth)},
-                "store": {**store_lat, "recall_at_10": recall(store_found - 1, truth)},
-                "store_uncached": {**uncached_lat, "recall_at_10": recall(uncached_found - 1, truth)},
-                "index_over_bare_p50": ours_lat["p50_ms"] / bare_lat["p50_ms"],
-                "index_over_bare_p99": ours_lat["p99_ms"] / bare_lat["p99_ms"],
-                "store_over_bare_p50": store_lat["p50_ms"] / bare_lat["p50_ms"],
-                "store_uncached_over_bare_p50": uncached_lat["p50_ms"] / bare_lat["p50_ms"],
-            }
-        )
-        print(f"n={n} ef={ef}:", json.dumps(row["search"][-1]), flush=True)
-    row["row_cache"] = store._cache.stats()
+        index._index.set_ef(ef)
+        lat, results = interleaved(calls, queries, args.rounds, ef)
+        entry: dict = {"ef": ef}
+        for name in calls:
+            found = [to_rows[name](r) for r in results[name]]
+            entry[name] = {**lat[name], "recall_at_10": recall(found, truth)}
+            if name != "bare":
+                entry[f"{name}_over_bare_p50"] = lat[name]["p50_ms"] / lat["bare"]["p50_ms"]
+                entry[f"{name}_over_bare_p99"] = lat[name]["p99_ms"] / lat["bare"]["p99_ms"]
+        row["search"].append(entry)
+        print(f"n={n} ef={ef}:", json.dumps(entry), flush=True)
+    store._cache = resident
+    row["resident_rows"]["after"] = resident.stats()
     # a broad filter (~10% of the items, above exact_below): the graph oversampled, then SQL-filtered
     index.ef_search = args.filter_ef
     fq = queries[: args.filter_queries]
@@ -392,76 +491,42 @@ def measure(store, data: np.ndarray, topics: np.ndarray, queries: np.ndarray, ar
 
 
 def bench_overhead(args) -> dict:
-    """Our index and our store against the bare hnswlib call on the same graph, timed in pairs."""
-    from toolbox.memory import EpisodicMemory
-
+    """Our index and our store against the bare hnswlib call on the same graph, timed interleaved."""
     data, queries = vectors(args.n, 0), vectors(args.queries, 99)
+    topics = np.random.default_rng(5).integers(0, 10, args.n)
     folder = Path(args.cache) if args.cache else Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
     out: dict = {"n": args.n, "queries": args.queries, "rounds": args.rounds, "load_before": load()}
     try:
         # a cached store is opened with its own index settings (another spec would rebuild its
-        # graph), so a store built by ``scale --cache`` (at 1M: most of an hour) serves here too
+        # graph), so a store built by ``scale --cache`` serves here too
         reuse = (folder / "memory.sqlite").exists()
-        store = EpisodicMemory(
-            folder,
-            embedder={"name": "hashing", "dim": DIM},
-            index=None if reuse else {"name": "hnsw", "ef_construction": args.ef_construction},
-            cache=False,
-            flush_every=10**9,
-        )
+        spec = None if reuse else {"name": "hnsw", "ef_construction": args.ef_construction}
+        store = open_store(folder, args, spec)
         out["index_spec"] = store.index_spec
         if len(store) not in (0, args.n):
             raise SystemExit(f"the cached store {folder} holds {len(store)} items, not {args.n}")
-        for start in range(len(store), args.n, 10_000):  # nothing to add when the cache is full
-            store.add_many(
-                [f"memory {i}" for i in range(start, min(args.n, start + 10_000))],
-                vectors=data[start : start + 10_000],
-            )
-        index, graph, cache = store.index, store.index._index, store._cache
-        size = cache.size
-
-        def uncached(q):  # the same search with the row cache bypassed: every hit read from SQLite
-            cache.size = 0
-            try:
-                return store.search(q, k=10)
-            finally:
-                cache.size = size
-
-        calls = {
-            "bare": lambda q: graph.knn_query(q, k=10, num_threads=1),
-            "index": lambda q: index.search(q, 10),
-            "store": lambda q: store.search(q, k=10),
-            "store_uncached": uncached,
-        }
+        if len(store) < args.n:
+            fill(store, data, topics, args.n, 10_000)
+        store.search(queries[0], k=10)  # loads the resident rows
+        calls = store_calls(store)
+        resident = store._cache
         out["ef"] = {}
         for ef in args.ef:
-            index.ef_search = ef
-            graph.set_ef(ef)
-            for q in queries:  # "store" is timed with these queries' rows in its row cache
-                store.search(q, k=10)
-            times: dict[str, list[float]] = {name: [] for name in calls}
-            rng = np.random.default_rng(ef)
-            for _ in range(args.rounds):
-                # every (call, query) once per round, in a random order: load swings and cache
-                # warmth (the same query twice in a row runs faster) hit all three alike
-                jobs = [(name, j) for name in calls for j in range(len(queries))]
-                for k in rng.permutation(len(jobs)):
-                    name, j = jobs[k]
-                    t = time.perf_counter()
-                    calls[name](queries[j])
-                    times[name].append(time.perf_counter() - t)
-            ms = {name: np.array(v) * 1e3 for name, v in times.items()}
+            store.index.ef_search = ef
+            store.index._index.set_ef(ef)
+            lat, _ = interleaved(calls, queries, args.rounds, ef)
             out["ef"][str(ef)] = {
-                **{f"{name}_p50_ms": float(np.percentile(v, 50)) for name, v in ms.items()},
-                **{f"{name}_p99_ms": float(np.percentile(v, 99)) for name, v in ms.items()},
+                **{f"{name}_p50_ms": v["p50_ms"] for name, v in lat.items()},
+                **{f"{name}_p99_ms": v["p99_ms"] for name, v in lat.items()},
                 **{
-                    f"{name}_over_bare_p50": float(np.percentile(v, 50) / np.percentile(ms["bare"], 50))
-                    for name, v in ms.items()
+                    f"{name}_over_bare_p50": v["p50_ms"] / lat["bare"]["p50_ms"]
+                    for name, v in lat.items()
                     if name != "bare"
                 },
-                "row_cache": cache.stats(),
             }
             print(f"ef={ef}:", json.dumps(out["ef"][str(ef)]), flush=True)
+        store._cache = resident
+        out["resident_rows"] = resident.stats()
         store.close()
     finally:
         if not args.cache:
@@ -488,6 +553,9 @@ def main() -> None:
     sc.add_argument("--queries", type=int, default=1000)
     sc.add_argument("--exact-queries", type=int, default=200)
     sc.add_argument("--ef", type=int, nargs="+", default=[64, 128, 256])
+    sc.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the queries per ef")
+    sc.add_argument("--add-n", type=int, default=0, help="also time adding this many items to a fresh store")
+    sc.add_argument("--pin", type=int, help="time the searches on this core alone (adds use every core)")
     sc.add_argument("--filter-ef", type=int, default=128)
     sc.add_argument("--filter-queries", type=int, default=30)
     sc.add_argument("--chunk", type=int, default=10_000)
@@ -498,7 +566,9 @@ def main() -> None:
     )
     sc.add_argument("--tmp", default=None, help="folder for the temporary stores (default: the system's)")
     sc.add_argument(
-        "--cache", help="keep the store in this folder and reuse it when a run finds it there (one size)"
+        "--cache",
+        nargs="+",
+        help="one folder per size: keep each store there, and reuse it when a run finds it there",
     )
     sc.add_argument("--build-only", action="store_true", help="fill the store (--cache), measure nothing")
     sc.add_argument("--out")
@@ -508,6 +578,7 @@ def main() -> None:
     ov.add_argument("--rounds", type=int, default=3)
     ov.add_argument("--ef", type=int, nargs="+", default=[64, 256])
     ov.add_argument("--ef-construction", type=int, default=100)
+    ov.add_argument("--flush-every", type=int, default=10**9)
     ov.add_argument("--tmp", default=None)
     ov.add_argument("--cache", help="keep the store in this folder and reuse it when a run finds it there")
     ov.add_argument("--out")

@@ -100,3 +100,27 @@ def test_dimension_is_checked():
     index = ExactIndex(DIM)
     with pytest.raises(ValueError, match="expected vectors of dimension 24"):
         index.add(np.array([1]), np.zeros((1, 8)))
+
+
+@pytest.mark.parametrize("name", ["exact", "hnsw"])
+def test_search_one_normalises_the_query_and_drops_the_padding(name):
+    """``search_one`` (the store's search by similarity alone) takes a query of any norm: the same
+    ids and cosine similarities as ``search`` with the unit query; fewer items than k: no padding."""
+    x = data(200)
+    ids = np.arange(1, 201)
+    index = VECTOR_INDEXES.build({"name": name, **({"ef_search": 200} if name == "hnsw" else {})}, dim=DIM)
+    index.add(ids, x)
+    q = data(5, seed=3)
+    for row in q:
+        want_ids, want_s = index.search(row[None], 10)
+        for scale in (1.0, 7.5, 0.01):
+            got_ids, got_s = index.search_one((scale * row)[None].astype(np.float32), 10)
+            assert got_ids.dtype == np.int64 and got_ids.tolist() == want_ids[0].tolist()
+            assert got_s == pytest.approx(want_s[0].tolist(), abs=1e-5)
+    zero_ids, zero_s = index.search_one(np.zeros((1, DIM), np.float32), 3)
+    assert len(zero_ids) == 3 and zero_s == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)
+    small = VECTOR_INDEXES.build({"name": name}, dim=DIM)
+    small.add(ids[:4], x[:4])
+    got_ids, got_s = small.search_one(3 * x[:1], 10)
+    assert sorted(got_ids.tolist()) == [1, 2, 3, 4] and got_ids[0] == 1 and got_s[0] == pytest.approx(1.0)
+    assert VECTOR_INDEXES.build({"name": name}, dim=DIM).search_one(x[:1], 5)[0].tolist() == []

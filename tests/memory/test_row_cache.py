@@ -1,6 +1,7 @@
-"""The row cache in front of SQLite: a search never returns a row that differs from SQLite's,
-whatever changed it (update, delete, delete_where, eviction, a merged duplicate, the lru clock,
-another SQLite connection), and the cache stays within its size."""
+"""The rows searches answer from memory (every row, ``row_cache="all"``, or a bounded LRU of them):
+a search never returns a row that differs from SQLite's, whatever changed it (update, delete,
+delete_where, eviction, a merged duplicate, the lru clock, another SQLite connection), the bounded
+cache stays within its size, and the resident copy reads SQLite only when it has to."""
 
 from __future__ import annotations
 
@@ -37,18 +38,28 @@ def assert_search_agrees_with_sqlite(m: EpisodicMemory, query: str) -> list:
         stored = m._rows.get(item.id)
         assert stored is not None, f"search returned item {item.id}, which SQLite no longer holds"
         assert fields(item)[:n] == fields(stored)[:n], item.id
-    cached = dict(m._cache._rows)
+    cached = m._cache.held()
     assert cached == {row[0]: item_fields(row) for row in m._rows.fetch_rows(list(cached))}
     return found
 
 
+KINDS = ["all", 10_000]  # every row resident (the default), a bounded LRU
+
+
+@pytest.mark.parametrize("row_cache", KINDS)
 @pytest.mark.parametrize(
     ("eviction", "seed"), [("oldest", 0), ("lru", 1), ("importance", 2), ("lru", 3), ("oldest", 4)]
 )
-def test_no_search_returns_a_stale_row_after_any_change(tmp_path, eviction, seed):
+def test_no_search_returns_a_stale_row_after_any_change(tmp_path, eviction, seed, row_cache):
     rng = random.Random(seed)
     m = EpisodicMemory(
-        tmp_path, embedder=HASH, max_items=25, eviction=eviction, dedupe="merge", dedupe_threshold=0.97
+        tmp_path,
+        embedder=HASH,
+        max_items=25,
+        eviction=eviction,
+        dedupe="merge",
+        dedupe_threshold=0.97,
+        row_cache=row_cache,
     )
     m.add_many([sentence(rng) for _ in range(20)], [{"n": i} for i in range(20)])
     ops = {"add": 0, "update": 0, "delete": 0, "delete_where": 0, "get": 0, "outside": 0}
@@ -93,8 +104,11 @@ def test_no_search_returns_a_stale_row_after_any_change(tmp_path, eviction, seed
     m.close()
 
 
-def test_each_change_is_seen_by_the_next_search(tmp_path):
-    m = EpisodicMemory(tmp_path, embedder=HASH, max_items=3, dedupe="merge", dedupe_threshold=0.99)
+@pytest.mark.parametrize("row_cache", KINDS)
+def test_each_change_is_seen_by_the_next_search(tmp_path, row_cache):
+    m = EpisodicMemory(
+        tmp_path, embedder=HASH, max_items=3, dedupe="merge", dedupe_threshold=0.99, row_cache=row_cache
+    )
     a = m.add("the cat sat on the mat", metadata={"v": 1}, timestamp=10.0)
     b = m.add("the dog slept on the sofa", metadata={"v": 1}, timestamp=20.0)
     [hit] = m.search("cat on the mat", k=1)
@@ -120,8 +134,9 @@ def test_each_change_is_seen_by_the_next_search(tmp_path):
     m.close()
 
 
-def test_the_lru_clock_moves_in_the_cached_rows(tmp_path):
-    m = EpisodicMemory(tmp_path, embedder=HASH, eviction="lru")
+@pytest.mark.parametrize("row_cache", KINDS)
+def test_the_lru_clock_moves_in_the_cached_rows(tmp_path, row_cache):
+    m = EpisodicMemory(tmp_path, embedder=HASH, eviction="lru", row_cache=row_cache)
     a = m.add("the cat sat on the mat")
     first = m.search("cat on the mat", k=1)[0]
     assert first.accessed_at is None  # the item as it was before this search used it
@@ -129,11 +144,13 @@ def test_the_lru_clock_moves_in_the_cached_rows(tmp_path):
     second = m.search("cat on the mat", k=1)[0]
     assert clock is not None and second.accessed_at == clock  # from the cache, and current
     assert m._rows.get(a).accessed_at > clock
-    assert m.stats()["row_cache"]["hits"] == 1
+    # the second search read no row: the bounded cache kept the first's, the resident copy all
+    assert m.stats()["row_cache"]["misses"] == (1 if row_cache != "all" else 0)
 
 
-def test_a_failed_touch_leaves_no_claim_in_the_cache(tmp_path, monkeypatch):
-    m = EpisodicMemory(tmp_path, embedder=HASH, eviction="lru")
+@pytest.mark.parametrize("row_cache", KINDS)
+def test_a_failed_touch_leaves_no_claim_in_the_cache(tmp_path, monkeypatch, row_cache):
+    m = EpisodicMemory(tmp_path, embedder=HASH, eviction="lru", row_cache=row_cache)
     a = m.add("the cat sat on the mat")
     m.search("cat on the mat", k=1)
     assert a in m._cache
@@ -162,8 +179,14 @@ def test_the_cache_is_bounded_and_can_be_off(tmp_path):
         assert [fields(it) + (it.score,) for it in off.search(w, k=5)] == cached[w]
     assert len(off._cache) == 0
     off.close()
-    with pytest.raises(ConfigError, match="memory.row_cache: must be at least 0"):
-        EpisodicMemory(tmp_path, row_cache=-1)
+    resident = EpisodicMemory(tmp_path, row_cache="all")
+    for w in WORDS:  # the same answers from the resident copy
+        assert [fields(it) + (it.score,) for it in resident.search(w, k=5)] == cached[w]
+    assert len(resident._cache) == len(WORDS)
+    resident.close()
+    for bad in (-1, "some"):
+        with pytest.raises(ConfigError, match="memory.row_cache: expected 'all'.*got"):
+            EpisodicMemory(tmp_path, row_cache=bad)
 
 
 def test_one_store_object_per_folder_and_a_reopen_starts_empty(tmp_path):
@@ -184,15 +207,17 @@ def test_one_store_object_per_folder_and_a_reopen_starts_empty(tmp_path):
     again.close()
 
 
+@pytest.mark.parametrize("row_cache", KINDS)
 @pytest.mark.parametrize("header", [True, False])
-def test_an_outside_commit_empties_the_cache(tmp_path, header):
+def test_an_outside_commit_empties_the_cache(tmp_path, header, row_cache):
     """Seen through the WAL-index header of ``-shm`` (0.1 us a search), or without one through
     ``PRAGMA data_version`` alone."""
-    m = EpisodicMemory(tmp_path, embedder=HASH)
-    assert m._cache._shm is not None  # a WAL store: the header is mapped
+    m = EpisodicMemory(tmp_path, embedder=HASH, row_cache=row_cache)
+    watch = m._cache._watch
+    assert watch._shm is not None  # a WAL store: the header is mapped
     if not header:
-        m._cache._shm.close()
-        m._cache._shm = m._cache._seen = None
+        watch._shm.close()
+        watch._shm = watch._seen = None
     a = m.add("the cat sat on the mat", metadata={"v": 1})
     for v in (2, 3):
         assert m.search("cat", k=1)[0].metadata == {"v": v - 1} and a in m._cache
@@ -220,11 +245,15 @@ def test_ties_rank_by_id_and_min_score_cuts(tmp_path):
 
 
 def test_nearest_orders_the_index_ties_by_id():
+    from toolbox.memory.index.base import VectorIndex
     from toolbox.memory.ranking import nearest
 
     class Index:  # answers ties in whatever order, like hnswlib may
+        search_one = VectorIndex.search_one
+
         def search(self, qv, k):
             return np.array([[9, 4, 7, -1]]), np.array([[0.5, 0.5, 0.25, -np.inf]], dtype=np.float32)
 
-    assert nearest(Index(), None, 4, None) == ([4, 9, 7], [0.5, 0.5, 0.25])
-    assert nearest(Index(), None, 4, 0.3) == ([4, 9], [0.5, 0.5])
+    for min_score, want in ((None, ([4, 9, 7], [0.5, 0.5, 0.25])), (0.3, ([4, 9], [0.5, 0.5]))):
+        ids, sims = nearest(Index(), np.ones((1, 4), np.float32), 4, min_score)
+        assert (ids.tolist(), sims) == want and ids.dtype == np.int64

@@ -241,3 +241,27 @@ def test_broad_filters_oversample_the_graph(tmp_path):
     assert hits / (5 * len(queries)) >= 0.9
     assert m.search(queries[0], k=5, filters={"topic": 7}) == []
     m.close()
+
+
+@pytest.mark.parametrize("index", ["exact", "hnsw"])
+def test_a_query_vector_of_any_norm_ranks_by_cosine(tmp_path, index):
+    """The search by similarity alone hands the raw vector to the index (which normalises it); the
+    filtered and blended searches normalise it first: all give the same cosine similarities."""
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((30, 32)).astype(np.float32)
+    m = EpisodicMemory(tmp_path, embedder={"name": "hashing", "dim": 32}, index=index)
+    m.add_many([f"memory {i}" for i in range(30)], [{"n": i} for i in range(30)], vectors=vectors)
+    q = rng.standard_normal(32).astype(np.float32)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cosine = unit @ (q / np.linalg.norm(q))
+    want = np.argsort(-cosine)[:5] + 1
+    for scale in (1.0, 12.0, 0.05):
+        plain = m.search(scale * q, k=5)
+        filtered = m.search(scale * q, k=5, filters={"n": {"gte": 0}})
+        assert [it.id for it in plain] == [it.id for it in filtered] == want.tolist()
+        assert [it.similarity for it in plain] == pytest.approx(cosine[want - 1].tolist(), abs=1e-5)
+        assert [it.similarity for it in filtered] == pytest.approx(cosine[want - 1].tolist(), abs=1e-5)
+        assert [it.id for it in m.search(scale * q, k=30, min_score=0.2)] == (
+            np.flatnonzero(cosine >= 0.2)[np.argsort(-cosine[cosine >= 0.2])] + 1
+        ).tolist()
+    m.close()

@@ -30,17 +30,26 @@ from toolbox.memory.index.base import VectorIndex
 from toolbox.memory.rows import MemoryItem, RowStore
 
 
-def query_vector(embedder: Embedder, query: str | np.ndarray) -> np.ndarray:
-    """A ``(1, dim)`` unit query vector: the text embedded, or the given vector normalised."""
+def query_row(embedder: Embedder, query: str | np.ndarray) -> np.ndarray:
+    """A ``(1, dim)`` float32 query row: the text embedded (a unit vector), or the given vector as
+    it is (``VectorIndex.search_one`` normalises it)."""
     if isinstance(query, str):
         return embedder.embed([query])
-    q = np.asarray(query, dtype=np.float32)
-    if q.ndim != 1:
-        q = q.reshape(-1)
-    if len(q) != embedder.dim:
-        raise ConfigError(f"search: the query vector has {len(q)} dimensions, the store {embedder.dim}.")
-    norm = math.sqrt(q @ q)  # one row: a dot product, cheaper than normalize_rows
-    return (q * (1.0 / norm) if norm > 0 else q.copy()).reshape(1, -1)
+    q = np.asarray(query, dtype=np.float32).reshape(1, -1)
+    if q.shape[1] != embedder.dim:
+        raise ConfigError(f"search: the query vector has {q.shape[1]} dimensions, the store {embedder.dim}.")
+    return q
+
+
+def query_vector(embedder: Embedder, query: str | np.ndarray) -> np.ndarray:
+    """A ``(1, dim)`` unit query vector: the text embedded, or the given vector normalised."""
+    return unit_row(query_row(embedder, query))
+
+
+def unit_row(q: np.ndarray) -> np.ndarray:
+    """A ``(1, dim)`` row divided by its norm (a zero row stays zero)."""
+    norm = math.sqrt(q[0].dot(q[0]))  # one row: ndarray.dot, cheaper than `@` and than normalize_rows
+    return q * (1.0 / norm) if norm > 0 else q.copy()
 
 
 def text_candidates(
@@ -62,21 +71,19 @@ def text_candidates(
 
 
 def nearest(
-    index: VectorIndex, qv: np.ndarray, k: int, min_score: float | None
-) -> tuple[list[int], list[float]]:
-    """The ``k`` nearest ids and their similarities, best first (ties: the smaller id first), those
-    below ``min_score`` dropped: the whole ranking of a search by similarity alone."""
-    found, scores = index.search(qv, k)
-    ids, sims = found.ravel().tolist(), scores.ravel().tolist()  # one query: one row
-    if ids and ids[-1] < 0:  # fewer than k items: padding
-        n = ids.index(-1)
-        ids, sims = ids[:n], sims[:n]
+    index: VectorIndex, query: np.ndarray, k: int, min_score: float | None
+) -> tuple[np.ndarray, list[float]]:
+    """The ``k`` nearest ids (an int64 array) and their cosine similarities (a list) to a
+    ``query_row``, best first (ties: the smaller id first), those below ``min_score`` dropped: the
+    whole ranking of a search by similarity alone. The ids stay an array: the resident rows gather
+    with it."""
+    ids, sims = index.search_one(query, k)
     if min_score is not None:
         keep = [j for j, s in enumerate(sims) if s >= min_score]
-        ids, sims = [ids[j] for j in keep], [sims[j] for j in keep]
+        ids, sims = ids[keep], [sims[j] for j in keep]
     if len(set(sims)) < len(sims):  # a tie: the index orders it as it likes, we by id
-        pairs = sorted(zip(sims, ids, strict=True), key=lambda p: (-p[0], p[1]))
-        sims, ids = [p[0] for p in pairs], [p[1] for p in pairs]
+        order = np.lexsort((ids, -np.array(sims)))
+        ids, sims = ids[order], [sims[j] for j in order.tolist()]
     return ids, sims
 
 

@@ -15,15 +15,8 @@ What keeps an entry from ever being stale:
   an exception after the commit cannot leave the old row behind. ``touched`` (the ``lru`` clock)
   rewrites ``accessed_at`` in the cached rows before SQLite's, and the store forgets them if that
   write fails.
-- A write by anything else: another process cannot open the store (the folder's flock, also
-  against a second store object in the same process); a write to ``memory.sqlite`` by another
-  SQLite connection is a commit, which ``PRAGMA data_version`` counts and which then empties the
-  cache. That pragma is a read transaction (3.5 us, ~30 us right after a graph walk), so a lookup
-  first compares the WAL-index header in ``memory.sqlite-shm`` (SQLite's documented format: every
-  commit rewrites it, and a commit is visible to readers only once it has) with the one seen at the
-  last check, 0.1 us, and asks the pragma only when it changed. The header is read before the
-  pragma, so a commit between the two changes it again and is checked next time. Without a
-  readable ``-shm`` (another journal or locking mode) every lookup asks the pragma.
+- A write by anything else (another SQLite connection's commit) empties the cache: see
+  ``toolbox.memory.commit_watch``.
 - A reopened store starts with an empty cache (the cache lives in the store object).
 
 Rows are kept as the instance dicts of their ``MemoryItem`` and copied into a fresh item for every
@@ -32,16 +25,16 @@ answer (a caller may change an item's metadata or score without touching the cac
 
 from __future__ import annotations
 
-import mmap
-import os
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
+from toolbox.memory.commit_watch import CommitWatcher
 from toolbox.memory.rows import MemoryItem, RowStore, fields_item, item_fields
 
 _new_item = object.__new__
-_HEADER = 48  # bytes of the first copy of the WAL-index header (iChange, mxFrame, salts, ...)
 
 
 class RowCache:
@@ -57,9 +50,7 @@ class RowCache:
             raise ValueError(f"row cache size must be >= 0, got {size}")
         self.rows, self.size = rows, size
         self._rows: OrderedDict[int, dict[str, Any]] = OrderedDict()
-        self._shm = _map_header(rows)
-        self._seen = self._header()
-        self._version = self._data_version()
+        self._watch = CommitWatcher(rows)
         self.hits = self.misses = 0
 
     def __len__(self) -> int:
@@ -68,24 +59,10 @@ class RowCache:
     def __contains__(self, item_id: int) -> bool:
         return item_id in self._rows
 
-    def _header(self) -> bytes | None:
-        return None if self._shm is None else self._shm[:_HEADER]
-
-    def _data_version(self) -> int:
-        db = self.rows.db
-        assert db is not None
-        return db.execute("PRAGMA data_version").fetchone()[0]
-
     def _check(self) -> None:
         """Empty the cache if another connection committed since the last check."""
-        header = self._header()
-        if header is not None and header == self._seen:
-            return  # nobody committed (this connection's own commits change it too)
-        version = self._data_version()
-        if version != self._version:
+        if self._watch.changed():
             self._rows.clear()
-            self._version = version
-        self._seen = header
 
     def _fields(self, ids: list[int], checked: bool = False) -> list[dict[str, Any] | None]:
         """The cached field dicts of ``ids`` (None: gone), the misses read from SQLite."""
@@ -117,12 +94,13 @@ class RowCache:
             return self.rows.fetch(ids)
         return [fields_item(f) for f in self._fields(ids) if f is not None]
 
-    def ranked(self, ids: list[int], similarities: list[float]) -> list[MemoryItem]:
+    def ranked(self, ids: np.ndarray | list[int], similarities: list[float]) -> list[MemoryItem]:
         """``fetch`` with ``score`` and ``similarity`` set (a search ranked by similarity alone).
 
         One loop over the hits, with as few Python operations as it can: it runs right after the
         graph walk, when the interpreter's own code and data have left the CPU caches.
         """
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
         if not self.size:
             by_id = {it.id: it for it in self.rows.fetch(ids)}
             out = []
@@ -176,6 +154,9 @@ class RowCache:
     def clear(self) -> None:
         self._rows.clear()
 
+    def added(self, rows: list[tuple[Any, ...]]) -> None:
+        """Rows an add just committed: not cached (the cache holds what searches returned)."""
+
     def touched(self, ids: Iterable[int], now: float) -> None:
         """``accessed_at = now`` for the cached rows among ``ids`` (the ``lru`` clock moved)."""
         cached = self._rows
@@ -187,31 +168,11 @@ class RowCache:
     def stats(self) -> dict[str, int]:
         return {"rows": len(self._rows), "size": self.size, "hits": self.hits, "misses": self.misses}
 
+    def held(self) -> dict[int, dict[str, Any]]:
+        """The cached rows (``id: item_fields(row)``), for tests that compare them with SQLite."""
+        return dict(self._rows)
+
     def close(self) -> None:
-        """Unmap the ``-shm`` header (before the connection closes: once no connection holds the
-        file, the next one to open it truncates it, and reading a truncated mapping is a SIGBUS)."""
-        if self._shm is not None:
-            self._shm.close()
-            self._shm = None
+        """Stop watching the file (before the connection closes: ``CommitWatcher.close``)."""
+        self._watch.close()
         self._rows.clear()
-
-
-def _map_header(rows: RowStore) -> mmap.mmap | None:
-    """A read-only mapping of the WAL-index header of the store's open connection (None: none).
-
-    SQLite keeps the ``-shm`` file while a connection has the database open in WAL mode, and
-    truncates it only when it is the sole connection opening it, so while ``rows`` is open the
-    mapping stays valid."""
-    path = rows.path / "memory.sqlite-shm"
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        if os.fstat(fd).st_size < _HEADER:
-            return None
-        return mmap.mmap(fd, _HEADER, mmap.MAP_SHARED, mmap.PROT_READ)
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)

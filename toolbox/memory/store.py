@@ -13,7 +13,8 @@ This module is the public face; each part is a module of its own: the SQLite row
 the size limit (``toolbox.memory.eviction``), the candidates and ranking of a search
 (``toolbox.memory.ranking``), deduplication (``toolbox.memory.dedupe``), what an add accepts
 (``toolbox.memory.records``), the metadata filters (``toolbox.memory.filters``) and the
-in-memory rows of the items searches return (``toolbox.memory.row_cache``).
+in-memory rows of the items searches return (``toolbox.memory.resident_rows``, every row, or
+``toolbox.memory.row_cache``, the recent ones).
 
 Why this file is longer than ~400 lines: it is the whole public API of one class (open, add,
 search, get, update, delete, history, flush, stats, export, close) with its argument docs; every
@@ -41,6 +42,7 @@ from toolbox.memory.filters import compile_filter, dumps_metadata
 from toolbox.memory.opening import acquire_lock, open_rows, resolve_index_spec
 from toolbox.memory.records import batch, check_text, from_record, to_time
 from toolbox.memory.recovery import IndexLog
+from toolbox.memory.resident_rows import ResidentRows
 from toolbox.memory.row_cache import RowCache
 from toolbox.memory.rows import SCHEMA_VERSION, MemoryItem, MemoryStoreError, RowStore, Transaction
 
@@ -70,9 +72,11 @@ class EpisodicMemory:
             if larger); the pending log covers the changes in between.
         index_fields: metadata keys to give an SQLite expression index, so filters on them do not
             scan every row (worth it for fields filtered on often in a large store).
-        row_cache: how many item rows searches keep in memory (least recently returned dropped
-            first; 0: every search reads its hits from SQLite). Never stale: see
-            ``toolbox.memory.row_cache``.
+        row_cache: the item rows searches answer from memory: ``"all"`` (every row, compactly,
+            loaded at the first search: no search reads SQLite; ``toolbox.memory.resident_rows``),
+            a number (at most that many rows, least recently returned dropped first;
+            ``toolbox.memory.row_cache``) or 0 (every search reads its hits from SQLite). Never
+            stale: SQLite stays the source of truth.
     """
 
     def __init__(
@@ -87,7 +91,7 @@ class EpisodicMemory:
         cache: bool = True,
         flush_every: int = 10_000,
         index_fields: Sequence[str] = (),
-        row_cache: int = 10_000,
+        row_cache: int | str = "all",
     ) -> None:
         if dedupe not in DEDUPE:
             raise ConfigError(f"memory.dedupe: expected one of {', '.join(DEDUPE)}, got {dedupe!r}.")
@@ -95,8 +99,11 @@ class EpisodicMemory:
             raise ConfigError(f"memory.eviction: expected one of {', '.join(EVICTION)}, got {eviction!r}.")
         if max_items is not None and max_items < 1:
             raise ConfigError(f"memory.max_items: must be at least 1 (or None), got {max_items}.")
-        if row_cache < 0:
-            raise ConfigError(f"memory.row_cache: must be at least 0 (0: off), got {row_cache}.")
+        if row_cache != "all" and (isinstance(row_cache, str) or row_cache < 0):
+            raise ConfigError(
+                f"memory.row_cache: expected 'all' (every row in memory), a number of rows, or 0 "
+                f"(off), got {row_cache!r}."
+            )
         self.path = Path(path)
         self.dedupe, self.dedupe_threshold = dedupe, dedupe_threshold
         self.max_items, self.eviction, self.flush_every = max_items, eviction, flush_every
@@ -105,7 +112,9 @@ class EpisodicMemory:
         self._rows: RowStore | None = None
         try:
             self._rows, self.embedder, self._embedder_spec, meta = open_rows(self.path, embedder)
-            self._cache = RowCache(self._rows, row_cache)
+            self._cache: RowCache | ResidentRows = (
+                ResidentRows(self._rows) if row_cache == "all" else RowCache(self._rows, int(row_cache))
+            )
             index_spec = resolve_index_spec(index, meta)
             if meta is None:
                 self._create(index_spec)
@@ -228,6 +237,8 @@ class EpisodicMemory:
             self.index.remove(np.array(evicted, dtype=np.int64))
             self._count -= len(evicted)
             self._log.applied_all()
+        gone = set(evicted)  # rows evicted by their own add are not put in
+        self._cache.added([r for r in new_rows if r[0] not in gone] if gone else new_rows)
         self._maybe_flush()
         return ids
 
@@ -297,13 +308,14 @@ class EpisodicMemory:
         if k < 1:
             raise ConfigError(f"search: k must be at least 1, got {k}.")
         text = isinstance(query, str)
-        qv = ranking.query_vector(self.embedder, query)
         blend = recency_half_life is not None or (text_weight > 0 and text)
         if not filters and not blend:  # similarity alone: the index's order is the ranking
-            out = self._cache.ranked(*ranking.nearest(self.index, qv, k, min_score))
+            row = ranking.query_row(self.embedder, query)  # the index normalises it
+            out = self._cache.ranked(*ranking.nearest(self.index, row, k, min_score))
             if self.eviction == "lru" and out:
                 self._touch([it.id for it in out])
             return out
+        qv = ranking.query_vector(self.embedder, query)
         n_cand = max(4 * k, 50) if blend else k
         cand = ranking.vector_candidates(self.index, rows, self._fields, self._count, qv, n_cand, filters)
         if cand is None:

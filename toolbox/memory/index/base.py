@@ -72,6 +72,17 @@ class VectorIndex(ABC):
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` nearest ids of each query (optionally among ``allowed`` only), best first."""
 
+    def search_one(self, query: np.ndarray, k: int) -> tuple[np.ndarray, list[float]]:
+        """One query (a ``(1, dim)`` float32 row, not necessarily of norm 1: it is normalised
+        here): the ``k`` nearest ids (an int64 array, no padding) and their scores (a list), best
+        first. The store's search by similarity alone calls this, so an index may answer it with
+        fewer steps than ``search``."""
+        norm = float(np.sqrt(query[0].dot(query[0])))
+        ids, scores = self.search(query * (1.0 / norm) if norm > 0 else query, k)
+        sims = scores[0].tolist()
+        n = sims.index(-np.inf) if sims and sims[-1] == -np.inf else len(sims)
+        return ids[0][:n], sims[:n]
+
     @abstractmethod
     def get(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors of ``ids`` (all must be present)."""

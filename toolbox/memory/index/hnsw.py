@@ -44,7 +44,8 @@ from toolbox.memory.index.exact import ExactIndex
 
 @VECTOR_INDEXES.register("hnsw")
 class HnswIndex(VectorIndex):
-    """HNSW graph (hnswlib, inner product) with native deletes, updates and filtered search.
+    """HNSW graph (hnswlib, cosine space: the inner product of normalised rows) with native
+    deletes, updates and filtered search.
 
     Args:
         dim: vector dimension (set by the store from its embedder).
@@ -71,7 +72,9 @@ class HnswIndex(VectorIndex):
         self.M, self.ef_construction, self.ef_search = M, ef_construction, ef_search
         self.threads = threads if threads > 0 else (os.cpu_count() or 1)
         self.exact_below = exact_below
-        self._index = hnswlib.Index(space="ip", dim=dim)
+        # "cosine": hnswlib's inner product, with every added vector and query normalised in C++
+        # (the store adds unit vectors; a query vector comes as the caller gave it: search_one)
+        self._index = hnswlib.Index(space="cosine", dim=dim)
         self._index.init_index(
             max_elements=1024, M=M, ef_construction=ef_construction, allow_replace_deleted=True
         )
@@ -152,11 +155,25 @@ class HnswIndex(VectorIndex):
         except RuntimeError:  # the graph walk found fewer than kk: answer exactly instead
             return self.exact_search(queries, k, self.ids() if allowed is None else allowed)
         ids = self._id[labels.astype(np.int64, copy=False)]
-        scores = 1.0 - dist  # hnswlib's "ip" distance is 1 - <q, x>
+        scores = 1.0 - dist  # hnswlib's "cosine" distance is 1 - <q, x> of the normalised rows
         if kk < k:
             ids = np.pad(ids, ((0, 0), (0, k - kk)), constant_values=-1)
             scores = np.pad(scores, ((0, 0), (0, k - kk)), constant_values=-np.inf)
         return ids, scores
+
+    def search_one(self, query: np.ndarray, k: int) -> tuple[np.ndarray, list[float]]:
+        """``search`` of one query, without its checks and padding, and normalised by hnswlib: the
+        steps around the graph walk run with the interpreter's code evicted from the CPU caches by
+        the walk, where each numpy call costs 1-3 us (the walk at 100k items, ef 64: ~140 us)."""
+        kk = min(k, len(self._label))
+        ef = max(self.ef_search, kk)
+        if ef != self._ef or kk == 0:
+            return super().search_one(query, k)  # sets ef; answers an empty index
+        try:
+            labels, dist = self._index.knn_query(query, k=kk, num_threads=1)
+        except RuntimeError:  # the graph walk found fewer than kk: ``search`` answers exactly
+            return super().search_one(query, k)
+        return self._id.take(labels[0]), [1.0 - d for d in dist[0].tolist()]  # take: no uint64 cast
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._vectors.get(ids)
