@@ -49,7 +49,7 @@ from toolbox.serving.engine import (
 )
 from toolbox.serving.engines.chunked_prefill import PartialPrefill, is_long
 from toolbox.serving.engines.detokenize import IncrementalText
-from toolbox.serving.engines.handle import RequestHandle  # noqa: F401 - re-exported
+from toolbox.serving.engines.handle import Mailbox, RequestHandle
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.sampling import (
     SamplingTensors,
@@ -158,6 +158,7 @@ class ContinuousBatcher:
         self._thread: threading.Thread | None = None
         self._ids = itertools.count()
         self._tensors: SamplingTensors | None = None  # of the running batch; None when it changed
+        self.mailbox = Mailbox()  # what a step hands to the callers' event loops, sent once per phase
 
     # submission (any thread) -------------------------------------------------------------------------
     def submit(
@@ -171,7 +172,7 @@ class ContinuousBatcher:
     ) -> RequestHandle:
         """Queue a request; ``matcher``: an llguidance matcher its completions must follow."""
         request_id = request_id or f"req-{next(self._ids)}"
-        handle = RequestHandle(request_id, prompt, self.abort, stream)
+        handle = RequestHandle(request_id, prompt, self.abort, stream, self.mailbox)
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.eos_ids
@@ -252,6 +253,13 @@ class ContinuousBatcher:
 
     # the loop (engine thread) ------------------------------------------------------------------------
     def _loop(self) -> None:
+        self.mailbox.open()
+        try:
+            self._steps()
+        finally:
+            self.mailbox.close()
+
+    def _steps(self) -> None:
         with torch.inference_mode():
             while True:
                 with self._cv:
@@ -273,12 +281,14 @@ class ContinuousBatcher:
                                 if admitted:
                                     self._prefill(admitted)
                             self._retire()
+                            self.mailbox.flush()  # the first tokens go out before the decode step
                         if self._running:
                             self._decode()
                             self._retire()
                 except Exception as e:  # the model failed: fail what is in flight, keep serving
                     log.exception("torch engine step failed")
                     self._fail_in_flight(EngineError(f"generation failed: {type(e).__name__}: {e}"))
+                self.mailbox.flush()
                 with self._cv:
                     if not self._requests:  # everything finished and retired
                         self._idle.set()
