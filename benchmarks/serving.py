@@ -150,9 +150,16 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="our engine's torch threads for decoding")
     p.add_argument("--prefill-threads", type=int, default=2, help="... for prefilling (the README's 2)")
+    p.add_argument(
+        "--vllm-python",
+        default=None,
+        help="the interpreter of the environment holding vLLM (default: this checkout's .venv-vllm, `make vllm`)",
+    )
     args = p.parse_args()
 
     from conftest import VLLM_PYTHON, free_port, vllm_env
+
+    vllm_python = Path(args.vllm_python) if args.vllm_python else VLLM_PYTHON
 
     tmp = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model_dir = make_model_dir(tmp / "model")
@@ -174,12 +181,12 @@ def main() -> int:
             env, f"http://127.0.0.1:{port}/v1", tmp / "ours.log", 120,
         ))  # fmt: skip
         urls["toolbox"] = f"http://127.0.0.1:{port}/v1"
-        if not VLLM_PYTHON.exists():
-            result["vllm"] = f"skipped: {VLLM_PYTHON} does not exist"
+        if not vllm_python.exists():
+            result["vllm"] = f"skipped: {vllm_python} does not exist"
         else:
             port = free_port()
             procs.append(start(
-                [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+                [str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                  "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
                  "--max-model-len", "256", "--enforce-eager"],
                 vllm_env(tmp / "vllm_cache"), f"http://127.0.0.1:{port}/v1", tmp / "vllm.log", 400,
