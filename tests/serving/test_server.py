@@ -415,22 +415,3 @@ def test_sigterm_drains_requests_in_flight(model_dir, tmp_path):
     assert code == 0
     assert result["status"] == 200
     assert result["body"]["usage"]["completion_tokens"] == 150
-
-
-def test_uvicorn_picks_its_c_event_loop_and_http_parser():
-    """``serve`` leaves uvicorn's loop and http on "auto", which take uvloop and httptools when they
-    are installed (the serve extra and requirements.lock pin them, as vLLM's server runs). With
-    asyncio's own loop and the pure-Python h11 the event loop's work per streamed token held the
-    interpreter lock long enough to slow the engine thread: benchmarks/serving_ab.py at max
-    concurrency 8 measured output tok/s 1.52x and mean TPOT 1.52x with them (median of 3 rounds)."""
-    import uvicorn
-    import uvloop
-
-    config = uvicorn.Config(app=lambda scope, receive, send: None)
-    config.load()
-    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
-    loop = config.get_loop_factory()()
-    try:
-        assert isinstance(loop, uvloop.Loop)
-    finally:
-        loop.close()
