@@ -37,27 +37,8 @@ def parse_serve_args(items: list[str]) -> tuple[str, str, dict[str, Any]]:
     return model, engine, overrides
 
 
-def passive_openmp_threads() -> None:
-    """Make torch's idle OpenMP threads sleep at once instead of spinning (``OMP_WAIT_POLICY=PASSIVE``),
-    unless the environment says otherwise; effective only before torch is imported.
-
-    A server prefills on ``engine.prefill_threads`` threads and decodes on fewer, next to its event
-    loop and its clients on the same cores. libgomp's default (spin ~300,000 times at every wait)
-    then has a spinning thread hold a core that a thread it waits for needs: measured here (2 cores,
-    other processes running, the benchmark model, one 32-token prompt on 2 threads) 137-439 ms per
-    prefill spinning against 14-18 ms passive (6-19 ms on one thread).
-    """
-    import os
-    import sys
-
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    passive_openmp_threads()
 
     from toolbox.core.errors import ConfigError
     from toolbox.serving.server import build_engine, serve
