@@ -2,79 +2,19 @@
 
 Wait for its output (``result()`` from any thread, ``await wait()`` in asyncio code), stream its
 deltas (``async for delta in handle``), or ``cancel()`` it. The scheduler thread feeds it through
-``_emit`` / ``_finish``, which hand everything to the caller's event loop thread-safely, through a
-``Mailbox``: what one engine step hands to a loop goes over in one ``call_soon_threadsafe``.
+``_emit`` / ``_finish``, which hand everything to the caller's event loop thread-safely.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from toolbox.serving.engine import RequestOutput, StreamDelta
 
-log = logging.getLogger(__name__)
-
 _END = object()
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # the loop is closed: nobody is listening any more
-        pass
-
-
-def _run_all(calls: list[tuple[Callable[..., Any], tuple]]) -> None:
-    """Run a step's calls in the loop, in order; one that fails does not stop the others."""
-    for fn, args in calls:
-        try:
-            fn(*args)
-        except Exception:  # noqa: BLE001 - as the loop does with a failing callback
-            log.exception("delivering an engine result to the event loop failed")
-
-
-class Mailbox:
-    """Hands the engine thread's calls to event loops a step at a time.
-
-    On the thread that ``open()``-ed it (the scheduler's), ``post`` gathers the calls meant for each
-    loop, and ``flush()`` hands each loop its calls in one ``call_soon_threadsafe``: one wake-up of a
-    loop per engine step instead of one per streamed token, so the engine thread writes to the
-    loop's self-pipe, and waits for the interpreter lock the woken loop takes, once per step. On
-    any other thread (a ``close()`` from the caller) ``post`` hands the call over at once.
-    """
-
-    def __init__(self) -> None:
-        self._owner: int | None = None
-        self._calls: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., Any], tuple]]] = {}
-
-    def open(self) -> None:
-        """Gather the calls posted from this thread from now on (until ``close``)."""
-        self._owner = threading.get_ident()
-
-    def close(self) -> None:
-        self.flush()
-        self._owner = None
-
-    def post(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-        if threading.get_ident() != self._owner:
-            _call_soon(loop, fn, *args)
-            return
-        calls = self._calls.get(loop)
-        if calls is None:
-            self._calls[loop] = calls = []
-        calls.append((fn, args))
-
-    def flush(self) -> None:
-        """Hand every loop the calls gathered for it (in the order they were posted)."""
-        if not self._calls:
-            return
-        gathered, self._calls = self._calls, {}
-        for loop, calls in gathered.items():
-            _call_soon(loop, _run_all, calls)
 
 
 class RequestHandle:
@@ -90,13 +30,11 @@ class RequestHandle:
         prompt_token_ids: list[int],
         cancel: Callable[[str], None],
         stream: bool,
-        mailbox: Mailbox | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self.stream = stream
         self._cancel = cancel
-        self._mailbox = mailbox
         self._event = threading.Event()
         self._output: RequestOutput | None = None
         self._error: BaseException | None = None
@@ -156,10 +94,10 @@ class RequestHandle:
     def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._loop is None:
             return
-        if self._mailbox is not None:
-            self._mailbox.post(self._loop, fn, *args)
-        else:
-            _call_soon(self._loop, fn, *args)
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
 
     def _emit(self, delta: StreamDelta) -> None:
         if self._queue is not None:

@@ -49,7 +49,7 @@ from toolbox.serving.engine import (
 )
 from toolbox.serving.engines.chunked_prefill import PartialPrefill, is_long
 from toolbox.serving.engines.detokenize import IncrementalText, text_decoder
-from toolbox.serving.engines.handle import Mailbox, RequestHandle
+from toolbox.serving.engines.handle import RequestHandle  # noqa: F401 - re-exported
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.sampling import (
     SamplingTensors,
@@ -159,7 +159,6 @@ class ContinuousBatcher:
         self._ids = itertools.count()
         self._tensors: SamplingTensors | None = None  # of the running batch; None when it changed
         self._text_decoder = text_decoder(tokenizer)  # the tokenizer's decode, without its Python overhead
-        self.mailbox = Mailbox()  # what a step hands to the callers' event loops, sent once per phase
 
     # submission (any thread) -------------------------------------------------------------------------
     def submit(
@@ -173,7 +172,7 @@ class ContinuousBatcher:
     ) -> RequestHandle:
         """Queue a request; ``matcher``: an llguidance matcher its completions must follow."""
         request_id = request_id or f"req-{next(self._ids)}"
-        handle = RequestHandle(request_id, prompt, self.abort, stream, self.mailbox)
+        handle = RequestHandle(request_id, prompt, self.abort, stream)
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.eos_ids
@@ -254,13 +253,6 @@ class ContinuousBatcher:
 
     # the loop (engine thread) ------------------------------------------------------------------------
     def _loop(self) -> None:
-        self.mailbox.open()
-        try:
-            self._steps()
-        finally:
-            self.mailbox.close()
-
-    def _steps(self) -> None:
         with torch.inference_mode():
             while True:
                 with self._cv:
@@ -282,14 +274,12 @@ class ContinuousBatcher:
                                 if admitted:
                                     self._prefill(admitted)
                             self._retire()
-                            self.mailbox.flush()  # the first tokens go out before the decode step
                         if self._running:
                             self._decode()
                             self._retire()
                 except Exception as e:  # the model failed: fail what is in flight, keep serving
                     log.exception("torch engine step failed")
                     self._fail_in_flight(EngineError(f"generation failed: {type(e).__name__}: {e}"))
-                self.mailbox.flush()
                 with self._cv:
                     if not self._requests:  # everything finished and retired
                         self._idle.set()
