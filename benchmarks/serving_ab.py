@@ -36,7 +36,9 @@ def main() -> int:
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    serving.add_autogroup_nice(p)
     args = p.parse_args()
+    serving.use_autogroup_nice(args.autogroup_nice)
 
     from conftest import free_port
 
@@ -65,6 +67,7 @@ def main() -> int:
         "load": f"{args.num_prompts} random prompts, {args.input_len} tokens in, {args.output_len} out "
         f"(ignore_eos); median of {args.rounds} alternating rounds",
         "load_average_after": os.getloadavg()[0],
+        "autogroup_nice": args.autogroup_nice,
         "loads": {
             name: {
                 "after": r["toolbox"],

@@ -174,6 +174,35 @@ def test_incremental_text_equals_full_decode_with_multibyte_characters(bpe):
     assert all("\ufffd" not in p for p in pieces)
 
 
+def test_text_decoder_is_the_tokenizers_decode(bpe, tokenizer):
+    """The streamed text's decode skips transformers' Python wrapper for a fast tokenizer: the same
+    string as ``decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)`` on every
+    window of ids, special tokens (bos, eos, pad, role markers) and multibyte pieces included; a
+    tokenizer that overrides ``decode`` keeps its own."""
+    from toolbox.serving.engines.detokenize import text_decoder
+
+    for tok, text in ((bpe, "héllo wörld ✓ the quick 🦊 fox, hello"), (tokenizer, "1+2=3, ok!")):
+        decode = text_decoder(tok)
+        assert decode.__code__.co_freevars == ("backend",)  # the Rust tokenizer's own decode
+        ids = [*tok.all_special_ids, *tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id]
+        for i in range(len(ids)):
+            for j in range(i, min(len(ids), i + 6) + 1):
+                expect = tok.decode(ids[i:j], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+                assert decode(ids[i:j]) == expect, (i, j)
+    wrapped = _Overriding(bpe)
+    assert text_decoder(wrapped)([5, 6]) == "overridden"
+
+
+class _Overriding:
+    """A tokenizer whose ``decode`` is its own."""
+
+    def __init__(self, tok):
+        self._tokenizer = tok._tokenizer
+
+    def decode(self, ids, **kwargs):
+        return "overridden"
+
+
 def test_stop_strings_are_held_back_then_cut(bpe):
     from toolbox.serving.engines.detokenize import IncrementalText
 

@@ -9,8 +9,34 @@ still become a stop string is held back from the stream until it is clear that i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+
+def text_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
+    """``ids -> tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)``.
+
+    For a transformers fast tokenizer whose ``decode`` is the base class's, that call is the Rust
+    tokenizer's ``decode(ids, skip_special_tokens=True)`` after ~3 us of Python argument handling,
+    paid twice per streamed token; this returns the Rust call itself then (the same string: checked
+    in tests/serving), else the tokenizer's ``decode``.
+    """
+    try:
+        from transformers import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:  # pragma: no cover - transformers without the class: the plain call
+        TokenizersBackend = None  # noqa: N806
+    backend = getattr(tokenizer, "_tokenizer", None)
+    cls = type(tokenizer)
+    if (
+        TokenizersBackend is not None
+        and isinstance(tokenizer, TokenizersBackend)
+        and cls.decode is PreTrainedTokenizerBase.decode
+        and cls._decode is TokenizersBackend._decode
+        and backend is not None
+    ):
+        return lambda ids: backend.decode(ids, skip_special_tokens=True)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 class IncrementalText:
@@ -19,10 +45,14 @@ class IncrementalText:
     Args:
         tokenizer: a transformers tokenizer (``decode(ids, skip_special_tokens=True)``).
         stop: strings that end the completion; the text is cut before the first one found.
+        decode: ``text_decoder(tokenizer)`` (pass it to share one among many completions).
     """
 
-    def __init__(self, tokenizer: Any, stop: Sequence[str] = ()) -> None:
+    def __init__(
+        self, tokenizer: Any, stop: Sequence[str] = (), decode: Callable[[Sequence[int]], str] | None = None
+    ) -> None:
         self.tokenizer = tokenizer
+        self._decode = decode or text_decoder(tokenizer)
         self.stop = [s for s in stop if s]
         self.longest_stop = max((len(s) for s in self.stop), default=0)
         self.ids: list[int] = []
@@ -32,9 +62,6 @@ class IncrementalText:
         self.finished = False
         self._prefix_offset = 0
         self._read_offset = 0
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
     def push(self, token_id: int) -> bool:
         """Add one token; return True when a stop string has just appeared (text is then cut)."""

@@ -48,7 +48,7 @@ from toolbox.serving.engine import (
     StreamDelta,
 )
 from toolbox.serving.engines.chunked_prefill import PartialPrefill, is_long
-from toolbox.serving.engines.detokenize import IncrementalText
+from toolbox.serving.engines.detokenize import IncrementalText, text_decoder
 from toolbox.serving.engines.handle import RequestHandle  # noqa: F401 - re-exported
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.sampling import (
@@ -158,6 +158,7 @@ class ContinuousBatcher:
         self._thread: threading.Thread | None = None
         self._ids = itertools.count()
         self._tensors: SamplingTensors | None = None  # of the running batch; None when it changed
+        self._text_decoder = text_decoder(tokenizer)  # the tokenizer's decode, without its Python overhead
 
     # submission (any thread) -------------------------------------------------------------------------
     def submit(
@@ -364,7 +365,11 @@ class ContinuousBatcher:
     def _new_seqs(self, request: _Request) -> list[_Seq]:
         """The ``n`` completions of a request whose prompt is being cached now."""
         for i in range(request.params.n):
-            text = IncrementalText(self.tokenizer, request.params.stop) if request.needs_text else None
+            text = (
+                IncrementalText(self.tokenizer, request.params.stop, self._text_decoder)
+                if request.needs_text
+                else None
+            )
             request.seqs.append(
                 _Seq(
                     request,
