@@ -194,6 +194,19 @@ def test_report_of_a_matrix_shows_only_the_metrics_asked_for(tmp_path: Path) -> 
     assert "| 0 | exact | 1 | 2.5 | 0.9 | **NO** |" in text
 
 
+def test_report_of_a_matrix_names_every_command_that_produced_it(tmp_path: Path) -> None:
+    """A matrix run in two parts (``--threads 1``, then ``--threads 2``) names both commands."""
+    _matrix(tmp_path / "m")
+    point = tmp_path / "m" / "s0-exact" / "run.json"
+    point.write_text(json.dumps({**json.loads(point.read_text()), "command": "toolbox matrix --threads 2"}))
+    md = tmp_path / "r.md"
+    assert main(["report", "--matrix", str(tmp_path / "m"), "--md", str(md)]) == 0
+    assert (
+        "Produced by `python examples/sft_arith/matrix.py` and `toolbox matrix --threads 2`."
+        in md.read_text()
+    )
+
+
 def test_report_of_a_matrix_checks_the_expectation_given(tmp_path: Path, capsys) -> None:
     """--expect replaces the points' own expectation (>= 0.95 fails the 0.9 point; >= 0.85 does not)."""
     _matrix(tmp_path / "m")

@@ -184,12 +184,12 @@ def matrix_tables(folder: Path, expect: Any = None, only: Sequence[str] = ()) ->
             rows = check({metric: 0.0}, {k: v for k, v in expect.items() if k == metric})
             cells.append(rows[0].expected if rows else "–")
         spread.rows.append(cells)
-    commands = {s.get("command") for s, _ in runs}
-    command = commands.pop() if len(commands) == 1 else None
+    commands = sorted({s["command"] for s, _ in runs if s.get("command")})
     if expect:
         spread.note = f"{len(runs) - failures} of {len(runs)} runs meet the expectation."
-    if command:
-        spread.note = (spread.note + " " if spread.note else "") + f"Produced by `{command}`."
+    if commands:
+        produced = " and ".join(f"`{c}`" for c in commands)
+        spread.note = (spread.note + " " if spread.note else "") + f"Produced by {produced}."
     return [spread, per_run]
 
 
