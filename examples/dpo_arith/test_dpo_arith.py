@@ -72,10 +72,10 @@ def test_experiment_composes_with_the_sft_split():
 def test_the_recipe_meets_its_matrix_expectation(tmp_path):
     """The README's claim for seed 0 (the matrix's expectation): SFT to the end, then DPO + NLL:
     >= 0.85 preference accuracy on 200 held-out pairs, and greedy exact match >= 0.95 and no more
-    than 0.02 below the SFT model's (about 3 CPU-minutes)."""
+    than 0.05 below the SFT model's (about 3 CPU-minutes)."""
     main = _run_main()
 
     result = main(["--out", str(tmp_path)])
     before, after = result["dpo"]["before"], result["dpo"]["after"]
     assert after["eval/accuracy"] >= 0.85
-    assert after["eval/exact_match"] >= 0.95 and after["eval/exact_match"] - before["eval/exact_match"] >= -0.02
+    assert after["eval/exact_match"] >= 0.95 and after["eval/exact_match"] - before["eval/exact_match"] >= -0.05
