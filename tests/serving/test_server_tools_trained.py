@@ -2,12 +2,18 @@
 *trained* to call a tool (test_server_tools.py forces the call with ``tool_choice``; here nothing
 is forced: ``tool_choice`` is left at "auto" and the model decides).
 
-A tiny Llama is trained in the fixture (300 steps; 47 s on one core at load ~3) on
-conversations in the server's own rendering (the ``chat`` dataset renders tool calls as ``toolbox
-serve`` does): asked for the weather or the time it calls ``get_weather`` or ``get_time``, and after
-the tool's reply it states a result; greeted, it answers without a call. The results are drawn at
-random, independently of the question, so a final answer is right only if it repeats the tool's
-result: that part is not learned within this budget yet (xfail below).
+A tiny Llama is trained in the fixture (300 steps on one core; the fixture and the server's start
+took 32 s at load ~8) on conversations in the server's own rendering (the ``chat`` dataset renders
+tool calls as ``toolbox serve`` does): asked for the weather or the time it calls ``get_weather`` or
+``get_time``, and after the tool's reply it states the result; greeted, it answers without a call.
+The results are drawn at random, independently of the question, so a final answer is right only if
+it repeats the tool's result. Copying is one token of the ~21 a tool conversation scores, and with
+every token weighted alike it was learned for some seeds only (lr 2e-3, 300 steps, data and init
+seed s: 24/24 of the question x result cases for s = 1, 4; 4, 14, 20/24 for s = 0, 2, 3); the
+fixture weights the loss on the last reply 20x: 24/24 for seeds 0-9 at 300 steps, every seed at
+24/24 by step 150 (measured with the fixture's data and loop outside the test, 1 thread). The
+fixture's own code run with seeds 0-7, greedy: 24/24 copies, 4/4 calls and 3/3 greetings right for
+each.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ def conversation(rng: random.Random, i: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def trained_tool_model_dir(tmp_path_factory):
     import torch
+    import torch.nn.functional as F
 
     from toolbox.core.registries import MODELS, TOKENIZERS
     from toolbox.data.base import Splits
@@ -82,21 +89,23 @@ def trained_tool_model_dir(tmp_path_factory):
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
     )
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
-    steps, batch = 300, 16
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=steps, pct_start=0.1)
+    lr, steps, batch = 2e-3, 300, 16  # at 5e-3 copying was not learned; 3e-3 stalled seed 5 at 4/24
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()
     for step in range(steps):
         rows = [examples[(step * batch + k) % len(examples)] for k in range(batch)]
         width = max(len(r["input_ids"]) for r in rows)
         ids = torch.full((batch, width), tok.pad_token_id)
-        labels = torch.full((batch, width), -100)
+        weights = torch.zeros((batch, width))
         for k, r in enumerate(rows):
             n = len(r["input_ids"])
             ids[k, :n] = torch.tensor(r["input_ids"])
-            mask = torch.tensor(r["completion_mask"], dtype=torch.bool)
-            labels[k, :n] = torch.where(mask, torch.tensor(r["input_ids"]), -100)
-        loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+            weights[k, :n] = torch.tensor(r["completion_mask"], dtype=torch.float)
+            weights[k, len(r["prompt_ids"]) : n] *= 20  # the last reply: the tool's result copied
+        logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits
+        token_loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (token_loss * weights[:, 1:]).sum() / weights[:, 1:].sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -134,32 +143,24 @@ def test_a_trained_model_calls_the_tool_unforced_and_answers_with_its_result(cli
     final = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=40, temperature=0)  # fmt: skip
     answer = final.choices[0]
     assert answer.finish_reason == "stop" and answer.message.tool_calls is None
-    # a final answer in the trained form, with one of this tool's results (which one the model
-    # says does not yet follow the result sent: see the xfail test below)
-    assert answer.message.content in {f"{r}." for r in ASKS[question][1]}
+    assert answer.message.content == f"{result}."
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="in 300-600 steps the model learns when and which tool to call, but not to repeat the "
-    "result it is sent (it answers the most frequent one). Measured outside the test (same data, 1 thread): "
-    "with 6 results per tool copying never emerged by 600 steps (<= 8/24, chance); with 30 it is "
-    "seed-dependent: 120/120 at 800 steps for seed 0, 74/120 for seed 1, 4/120 for seed 2 - no budget "
-    "that fits the default suite learns it reliably yet",
-)
 def test_the_answer_follows_the_tools_result_not_the_question(client):
-    """The same question, two results: two answers (the result decides, the model does not guess)."""
-    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    answers = set()
-    for result in ("sunny", "snowy"):
-        messages = [
-            {"role": "user", "content": "What is the weather?"},
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_1", "content": result},
-        ]
-        out = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=40, temperature=0)  # fmt: skip
-        answers.add(out.choices[0].message.content)
-    assert answers == {"sunny.", "snowy."}
+    """Every question with every result its tool returns: the answer repeats the result sent."""
+    wrong = []
+    for question, (name, results) in ASKS.items():
+        call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        for result in results:
+            messages = [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": result},
+            ]
+            out = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=40, temperature=0)  # fmt: skip
+            if out.choices[0].message.content != f"{result}.":
+                wrong.append((question, result, out.choices[0].message.content))
+    assert not wrong, f"{len(wrong)} of 24 answers do not repeat the tool's result: {wrong}"
 
 
 def test_a_trained_model_answers_a_greeting_without_a_call(client):
