@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 KEY = "sk-agent-tools-local-0123456789"
@@ -139,73 +140,105 @@ def solve(
     """One agent run: ask, execute the calculator calls, until a reply without a call. A request the
     server refuses (a conversation grown past the model's context) ends the run as not correct.
     With ``memory``, the recalled episodes open the conversation as a system message, and the run
-    is kept as an episode for ``memory.commit()``."""
+    is kept as an episode for ``memory.commit()``.
+
+    Traced, each model call is the child of a ``decision`` span ``turn`` (its ``traceparent``),
+    scored ``step_ok``: its calls all returned the answer, or its final answer is right. The run's
+    ``agent`` span gets ``correct`` and ``tool_call_ok`` (the first turn called the calculator with
+    an expression of the answer's value)."""
+    messages = [{"role": "user", "content": problem["question"]}]
+    recalled = memory.recall(problem["question"]) if memory is not None else ""
+    if recalled:
+        messages.insert(0, {"role": "system", "content": recalled})
+    steps: list[str] = []
+    if tracer is None:
+        out = _turns(
+            client, problem, None, None, session, temperature, max_turns, max_tokens, messages, steps
+        )
+    else:
+        with tracer.span("agent", "solve", session_id=session, inputs={"question": problem["question"]},
+                         metadata={"answer": problem["answer"]}) as span:  # fmt: skip
+            out = _turns(
+                client, problem, tracer, span, session, temperature, max_turns, max_tokens, messages, steps
+            )
+            span.outputs = out["final"]
+        tracer.score(span.id, "correct", out["correct"], source="reward")
+        tracer.score(span.id, "tool_call_ok", out["tool_call_ok"], source="reward")
+    if memory is not None:
+        memory.remember(session, problem, steps, out["final"], out["correct"])
+    return out
+
+
+def _turns(
+    client, problem, tracer, span, session, temperature, max_turns, max_tokens, messages, steps
+) -> dict:
+    """The model calls of one run (see ``solve``); appends to ``messages`` and ``steps``."""
     import openai
 
     from toolbox.data.sources.arithmetic_tools import TOOLS, calculate
 
-    def run(span) -> dict:
-        headers = {"X-Session-Id": session}
-        if span is not None:
-            headers["traceparent"] = f"00-{span.trace_id}-{span.id}-01"
-        messages = [{"role": "user", "content": problem["question"]}]
-        recalled = memory.recall(problem["question"]) if memory is not None else ""
-        if recalled:
-            messages.insert(0, {"role": "system", "content": recalled})
-        tool_ok, final, steps = False, "", []
-        for turn in range(max_turns):
+    def answer_of(result: str) -> bool:
+        return result == problem["answer"]
+
+    def execute(call) -> str:
+        try:
+            expression = str(json.loads(call.function.arguments).get("expression", ""))
+        except (ValueError, AttributeError):
+            expression = ""
+        context = (
+            tracer.span("tool_call", call.function.name, inputs={"expression": expression}, metadata={"tool_call_id": call.id})
+            if tracer is not None
+            else nullcontext()
+        )  # fmt: skip
+        with context as t:
+            result = calculate(expression) if call.function.name == "calculator" else "error: unknown tool"
+            if t is not None:
+                t.outputs = result
+        steps.append(f"{call.function.name}({expression}) -> {result}")
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return result
+
+    tool_ok, final = False, ""
+    for turn in range(max_turns):
+        with (
+            tracer.span("decision", "turn", inputs={"turn": turn})
+            if tracer is not None
+            else nullcontext() as step
+        ):
+            headers = {"X-Session-Id": session}
+            if step is not None:  # the server's record of this model call becomes the turn's child
+                headers["traceparent"] = f"00-{step.trace_id}-{step.id}-01"
             try:
                 reply = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, max_tokens=max_tokens,
                                                        temperature=temperature, extra_headers=headers)  # fmt: skip
             except openai.BadRequestError as e:
-                final = ""
                 if span is not None:
                     span.error = f"BadRequestError: {e.message}"
-                break
-            message = reply.choices[0].message
-            calls = message.tool_calls or []
-            if not calls:
-                final = message.content or ""
-                break
-            messages.append({"role": "assistant", "content": message.content or "",
-                             "tool_calls": [c.model_dump(exclude_none=True) for c in calls]})  # fmt: skip
-            for c in calls:
-                try:
-                    expression = str(json.loads(c.function.arguments).get("expression", ""))
-                except (ValueError, AttributeError):
-                    expression = ""
-                if tracer is not None:
-                    with tracer.span("tool_call", c.function.name, inputs={"expression": expression},
-                                     metadata={"tool_call_id": c.id}) as t:  # fmt: skip
-                        result = (
-                            calculate(expression)
-                            if c.function.name == "calculator"
-                            else "error: unknown tool"
-                        )
-                        t.outputs = result
+                final, calls = "", None
+            else:
+                message = reply.choices[0].message
+                calls = message.tool_calls or []
+                if not calls:
+                    final = message.content or ""
+                    ok = _last_number(final) == problem["answer"]
                 else:
-                    result = (
-                        calculate(expression) if c.function.name == "calculator" else "error: unknown tool"
-                    )
-                if turn == 0 and c.function.name == "calculator" and result == problem["answer"]:
-                    tool_ok = True
-                steps.append(f"{c.function.name}({expression}) -> {result}")
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": result})
-        numbers = NUMBER.findall(final)
-        correct = bool(numbers) and numbers[-1] == problem["answer"]
-        if memory is not None:
-            memory.remember(session, problem, steps, final, correct)
-        return {"correct": correct, "tool_call_ok": tool_ok, "final": final}
+                    messages.append({"role": "assistant", "content": message.content or "",
+                                     "tool_calls": [c.model_dump(exclude_none=True) for c in calls]})  # fmt: skip
+                    right = [c.function.name == "calculator" and answer_of(execute(c)) for c in calls]
+                    ok = all(right)
+                    tool_ok = tool_ok or (turn == 0 and any(right))
+        if calls is None:  # refused: no reply to score
+            break
+        if step is not None:  # this model call's own verifiable reward (to-dataset --where step_ok==true)
+            tracer.score(step.id, "step_ok", ok, source="reward")
+        if not calls:
+            break
+    return {"correct": _last_number(final) == problem["answer"], "tool_call_ok": tool_ok, "final": final}
 
-    if tracer is None:
-        return run(None)
-    with tracer.span("agent", "solve", session_id=session, inputs={"question": problem["question"]},
-                     metadata={"answer": problem["answer"]}) as span:  # fmt: skip
-        out = run(span)
-        span.outputs = out["final"]
-    tracer.score(span.id, "correct", out["correct"], source="reward")
-    tracer.score(span.id, "tool_call_ok", out["tool_call_ok"], source="reward")
-    return out
+
+def _last_number(text: str) -> str | None:
+    numbers = NUMBER.findall(text)
+    return numbers[-1] if numbers else None
 
 
 def run_all(

@@ -36,8 +36,8 @@ def test_calculator_and_disjoint_splits():
 class ScriptedClient:
     """Answers like a served model: first a calculator call, then the tool's result as the answer."""
 
-    def __init__(self, expression: str) -> None:
-        self.expression, self.requests = expression, []
+    def __init__(self, expression: str, answer: str | None = None) -> None:
+        self.expression, self.answer, self.requests = expression, answer, []
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     def create(self, **request):
@@ -48,7 +48,7 @@ class ScriptedClient:
             message = SimpleNamespace(content=None, tool_calls=[call])
         else:
             message = SimpleNamespace(
-                content=f"The answer is {request['messages'][-1]['content']}.", tool_calls=None
+                content=f"The answer is {self.answer or request['messages'][-1]['content']}.", tool_calls=None
             )
         return SimpleNamespace(choices=[SimpleNamespace(message=message)])
 
@@ -65,15 +65,33 @@ def test_an_agent_run_is_traced_and_scored_by_its_verifiable_reward():
     out = agent.solve(client, problem, tracer, session="p0")
     assert out == {"correct": True, "tool_call_ok": True, "final": "The answer is 42."}
     run = next(r for r in store.records if r.kind == "agent")
+    turns = [r for r in store.records if r.kind == "decision"]
     tool = next(r for r in store.records if r.kind == "tool_call")
-    assert tool.parent_id == run.id and tool.outputs == "42"
+    assert [t.parent_id for t in turns] == [run.id, run.id] and tool.parent_id == turns[0].id
+    assert tool.outputs == "42" and [t.score("step_ok").value for t in turns] == [True, True]
     assert run.score("correct").value is True and run.score("tool_call_ok").value is True
-    headers = client.requests[0]["extra_headers"]
-    assert headers["traceparent"] == f"00-{run.trace_id}-{run.id}-01" and headers["X-Session-Id"] == "p0"
+    for request, turn in zip(client.requests, turns, strict=True):  # the model call is the turn's child
+        assert request["extra_headers"] == {
+            "X-Session-Id": "p0",
+            "traceparent": f"00-{run.trace_id}-{turn.id}-01",
+        }
     assert client.requests[1]["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": "42"}
 
     wrong = agent.solve(ScriptedClient("12*30"), problem, tracer, session="p1")
     assert wrong["correct"] is False and wrong["tool_call_ok"] is False
+    # the right call, then a wrong answer: the call's turn is right, the answer's is not
+    slip = agent.solve(ScriptedClient("12+30", answer="43"), problem, tracer, session="p2")
+    assert slip == {"correct": False, "tool_call_ok": True, "final": "The answer is 43."}
+    runs = {r.session_id: r for r in store.records if r.kind == "agent"}
+    steps = {
+        s: [
+            t.score("step_ok").value
+            for t in store.records
+            if t.kind == "decision" and t.parent_id == runs[s].id
+        ]
+        for s in runs
+    }
+    assert steps == {"p0": [True, True], "p1": [False, False], "p2": [True, False]}
 
 
 def test_the_agent_recalls_its_successful_episodes_into_the_prompt(tmp_path):
