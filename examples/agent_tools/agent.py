@@ -5,6 +5,7 @@ calculator tool through ``toolbox serve`` with the official ``openai`` client.
         --traces work/agent_base/traces.sqlite --eval work/agent_base/agent_eval.json \
         [--train-problems 400] [--eval-problems 100] [--before-model DIR] \
         [--digits 3 --fixed-width --templates 3]   # the source settings the model was trained on
+        [--eval-traces DIR]                        # trace the held-out runs too (failures.py reads them)
 
 1. Training problems (none of them held out): ``toolbox serve --trace TRACES`` records every model
    call; the agent records its own run (an ``agent`` span per problem, a ``tool_call`` span per
@@ -282,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixed-width", action="store_true", help="as the source (operands of exactly --digits)")
     p.add_argument("--templates", type=int, default=0, help="as the source (0: all its templates)")
     p.add_argument("--seed", type=int, default=1, help="draw of the training problems")
+    p.add_argument("--eval-traces", help="also trace the held-out runs: DIR/after.sqlite, DIR/before.sqlite")
     p.add_argument("--memory", help="an episodic memory store (folder): training runs are written into it")
     p.add_argument(
         "--recall", type=int, default=0, help="runs retrieve this many successful episodes (needs --memory)"
@@ -336,10 +338,19 @@ def main(argv: list[str] | None = None) -> int:
         for name, model in (("after", a.model), ("before", a.before_model)):
             if not model:
                 continue
-            server = Server(model, None, log)
+            store = None
+            if a.eval_traces:  # the held-out runs traced too, for examples/agent_tools/failures.py
+                store = Path(a.eval_traces) / f"{name}.sqlite"
+                store.parent.mkdir(parents=True, exist_ok=True)
+                for stale in store.parent.glob(store.name + "*"):
+                    stale.unlink()
+            eval_tracer = Tracer(store, flush_every=32) if store else None
+            server = Server(model, str(store) if store else None, log)
             try:
-                results = run_all(server.base_url, held_out, prefix="eval", memory=memory)
+                results = run_all(server.base_url, held_out, eval_tracer, prefix="eval", memory=memory)
             finally:
+                if eval_tracer is not None:
+                    eval_tracer.close()
                 server.stop()
             if memory is not None:
                 memory.pending.clear()  # held-out runs read the memory, never write to it

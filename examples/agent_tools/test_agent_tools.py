@@ -15,6 +15,9 @@ HERE = Path(__file__).parent
 spec = importlib.util.spec_from_file_location("agent_tools_agent", HERE / "agent.py")
 agent = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(agent)
+spec = importlib.util.spec_from_file_location("agent_tools_failures", HERE / "failures.py")
+failures = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(failures)
 
 
 def test_calculator_and_disjoint_splits():
@@ -125,3 +128,35 @@ def test_the_agent_recalls_its_successful_episodes_into_the_prompt(tmp_path):
         "answer": "42",
     }
     store.close()
+
+
+def test_failures_classifies_each_first_call_against_the_question(tmp_path):
+    from toolbox.tracing import ActionRecord, Score, chat_to_messages, open_store
+
+    kinds = [failures.kind_of(e, 42, 46, "*") for e in ("42*46", "45*46", "42*56", "42*13", "41*47", "46*42", "42+46", "4d", None)]  # fmt: skip
+    assert kinds == [
+        "right",
+        "units",
+        "tens",
+        "two digits",
+        "both",
+        "swapped",
+        "operator",
+        "malformed",
+        "no call",
+    ]
+    question = "There are {a} bags with {b} marbles in each. How many marbles are there in all?"
+    records = []
+    for i, (expression, correct) in enumerate((("42*46", True), ("45*46", False), (None, False))):
+        call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}  # fmt: skip
+        reply = {"role": "assistant", "content": "", "tool_calls": [call]} if expression else {"role": "assistant", "content": "<tool_call>{"}  # fmt: skip
+        root = ActionRecord("agent", "solve", id=f"r{i}", trace_id=f"t{i}", inputs={"question": question.format(a=42, b=46)},
+                            scores=[Score("correct", correct)])  # fmt: skip
+        model_call = ActionRecord("llm_call", "chat", parent_id=root.id, trace_id=root.trace_id, outputs=chat_to_messages([reply]))  # fmt: skip
+        records += [root, model_call]
+    with open_store(tmp_path / "t.jsonl") as store:
+        store.write(records)
+    table = failures.classify(str(tmp_path / "t.jsonl"))
+    assert table == {"*": {"runs": 3, "right": 1, "answer": 1, "units": 1, "no call": 1}}
+    text = failures.markdown("runs", table).markdown()
+    assert "| * | 3 | 0.333 | 0.333 | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 1 |" in text
