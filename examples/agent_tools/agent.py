@@ -56,20 +56,32 @@ def free_port() -> int:
 class AgentMemory:
     """The agent's episodic memory. Runs recall from the store as it was when they started (the
     agent's threads share it under one lock); the episodes of a batch of runs are written after it,
-    in problem order, so what a run recalls does not depend on which concurrent run finished first."""
+    in problem order, so what a run recalls does not depend on which concurrent run finished first.
 
-    def __init__(self, memory, recall_k: int = 0) -> None:
-        self.memory, self.recall_k = memory, recall_k
+    The store (``toolbox.memory.EpisodicMemory`` at ``path``) is opened, searched, written and
+    closed on one thread of its own: its SQLite connections (rows, embedding cache) belong to the
+    thread that opened them, and the runs call it from the agent's worker threads."""
+
+    def __init__(self, path: str | Path, embedder: dict, recall_k: int = 0) -> None:
+        from toolbox.memory import EpisodicMemory
+
+        self.recall_k = recall_k
         self.lock = threading.Lock()
         self.pending: list[tuple[str, dict, list[str], str, bool]] = []
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="memory")
+        self.memory = self._thread.submit(EpisodicMemory, path, embedder=embedder).result()
+
+    def run(self, fn, *args, **kwargs):
+        """``fn(store, *args, **kwargs)`` on the memory's thread."""
+        return self._thread.submit(fn, self.memory, *args, **kwargs).result()
 
     def recall(self, question: str) -> str:
         from toolbox.memory.writer import recall
 
         with self.lock:
-            if not self.recall_k or len(self.memory) == 0:  # (a filter on a key no item has yet is an error)
+            if not self.recall_k or self.run(len) == 0:  # (a filter on a key no item has yet is an error)
                 return ""
-            return recall(self.memory, question, k=self.recall_k, filters={"success": True})
+            return self.run(recall, question, k=self.recall_k, filters={"success": True})
 
     def remember(self, session: str, problem: dict, steps: list[str], final: str, correct: bool) -> None:
         with self.lock:
@@ -79,14 +91,21 @@ class AgentMemory:
         """Write the pending episodes (in session order); return how many."""
         from toolbox.memory.writer import write_episode
 
+        def write(store, done) -> None:
+            for _, problem, steps, final, correct in done:
+                write_episode(store, problem["question"], final or "(no answer)", steps, success=correct,
+                              metadata={"answer": problem["answer"]})  # fmt: skip
+            store.flush()
+
         with self.lock:
             done = sorted(self.pending, key=lambda e: (len(e[0]), e[0]))
-            for _, problem, steps, final, correct in done:
-                write_episode(self.memory, problem["question"], final or "(no answer)", steps, success=correct,
-                              metadata={"answer": problem["answer"]})  # fmt: skip
+            self.run(write, done)
             self.pending.clear()
-            self.memory.flush()
         return len(done)
+
+    def close(self) -> None:
+        self.run(lambda store: store.close())
+        self._thread.shutdown()
 
 
 class Server:
@@ -321,9 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     memory = None
     if a.memory:
-        from toolbox.memory import EpisodicMemory
-
-        memory = AgentMemory(EpisodicMemory(a.memory, embedder={"name": a.memory_embedder}), a.recall)
+        memory = AgentMemory(a.memory, {"name": a.memory_embedder}, a.recall)
     try:
         tracer = Tracer(traces, flush_every=32)  # the agent's runs, beside the server's model calls
         server = Server(a.model, str(traces), log)
@@ -357,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             out[name] = metrics(results)
     finally:
         if memory is not None:
-            memory.memory.close()
+            memory.close()
     if "before" in out:  # what training on the traces changed (toolbox check reads gain/...)
         out["gain"] = {
             k: round(out["after"][k] - out["before"][k], 6) for k in ("tool_call_success", "answer_accuracy")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -98,20 +99,18 @@ def test_an_agent_run_is_traced_and_scored_by_its_verifiable_reward():
 
 
 def test_the_agent_recalls_its_successful_episodes_into_the_prompt(tmp_path):
-    from toolbox.memory import EpisodicMemory
-
     coins = {"question": "Tom has 12 coins and finds 30 more. How many coins does he have?", "expression": "12+30", "answer": "42"}  # fmt: skip
     apples = {"question": "Ann has 5 apples and buys 7 more. How many apples does she have?", "expression": "5+7", "answer": "12"}  # fmt: skip
-    store = EpisodicMemory(tmp_path / "memory", embedder={"name": "hashing"})
-    memory = agent.AgentMemory(store, recall_k=2)
+    memory = agent.AgentMemory(tmp_path / "memory", {"name": "hashing"}, recall_k=2)
     first = ScriptedClient("12+30")
     assert agent.solve(first, coins, session="p0", memory=memory)["correct"]
     assert first.requests[0]["messages"][0]["role"] == "user"  # nothing to recall yet
     assert agent.solve(ScriptedClient("5*7"), apples, session="p1", memory=memory)["correct"] is False
-    assert len(store) == 0 and memory.commit() == 2 and len(store) == 2
+    assert memory.run(len) == 0 and memory.commit() == 2 and memory.run(len) == 2
 
     again = ScriptedClient("12+30")
-    agent.solve(again, coins, session="p2", memory=memory)
+    with ThreadPoolExecutor(1) as pool:  # as run_all calls it: from a worker thread
+        pool.submit(agent.solve, again, coins, session="p2", memory=memory).result()
     system, user = again.requests[0]["messages"][:2]
     assert system["role"] == "system" and user == {"role": "user", "content": coins["question"]}
     assert system["content"].startswith("Relevant memories:")
@@ -120,14 +119,16 @@ def test_the_agent_recalls_its_successful_episodes_into_the_prompt(tmp_path):
         in system["content"]
     )
     assert "5*7" not in system["content"]  # the failed episode is not recalled
-    [episode] = [it for it in store.search(coins["question"], k=2) if it.metadata["success"]]
+    [episode] = [
+        it for it in memory.run(lambda m: m.search(coins["question"], k=2)) if it.metadata["success"]
+    ]
     assert episode.metadata == {
         "kind": "agent_episode",
         "task": coins["question"],
         "success": True,
         "answer": "42",
     }
-    store.close()
+    memory.close()
 
 
 def test_failures_classifies_each_first_call_against_the_question(tmp_path):
