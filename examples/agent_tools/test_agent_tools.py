@@ -19,6 +19,9 @@ spec.loader.exec_module(agent)
 spec = importlib.util.spec_from_file_location("agent_tools_failures", HERE / "failures.py")
 failures = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(failures)
+spec = importlib.util.spec_from_file_location("agent_tools_seeds", HERE / "seeds.py")
+seeds = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(seeds)
 
 
 def test_calculator_and_disjoint_splits():
@@ -161,3 +164,34 @@ def test_failures_classifies_each_first_call_against_the_question(tmp_path):
     assert table == {"*": {"runs": 3, "right": 1, "answer": 1, "units": 1, "no call": 1}}
     text = failures.markdown("runs", table).markdown()
     assert "| * | 3 | 0.333 | 0.333 | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 1 |" in text
+
+
+def test_seeds_configures_a_point_and_resumes_it(tmp_path):
+    import os
+
+    import yaml
+
+    expect = seeds.configure(tmp_path, 2, "exact")
+    path = tmp_path / "config" / "config.yaml"
+    runs = yaml.safe_load(path.read_text())["runs"]
+    for run in ("agent_base", "agent_sft"):
+        assert runs[run]["overrides"][-2:] == ["seed=2", "trainer.forward=exact"]
+    assert expect["gain/tool_call_success"] == {"min": 0.1}
+    os.utime(path, (0, 0))  # unchanged: not written again (Snakemake would rerun everything)
+    seeds.configure(tmp_path, 2, "exact")
+    assert path.stat().st_mtime == 0
+    seeds.configure(tmp_path, 1, "exact")
+    assert path.stat().st_mtime > 0 and "seed=1" in path.read_text()
+    # an interrupted attempt: its Snakemake log started 12:00:00 and was last written 12:10:00;
+    # the killed job wrote under work/ until 12:15:00
+    log = tmp_path / ".snakemake" / "log" / "2026-12-05T120000.000000.snakemake.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    start = seeds.datetime(2026, 12, 5, 12).timestamp()
+    os.utime(log, (start + 600, start + 600))
+    metrics = tmp_path / "work" / "run" / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text("")
+    os.utime(metrics, (start + 900, start + 900))
+    assert seeds.attempt_minutes(tmp_path) == [15.0]
+    assert seeds.attempt_minutes(tmp_path / "fresh") == []
