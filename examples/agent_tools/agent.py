@@ -289,6 +289,19 @@ def metrics(results: list[dict]) -> dict:
     }
 
 
+def paired(after: list[dict], before: list[dict]) -> dict:
+    """Per metric, over the same held-out problems in the same order: how many the trained model
+    solved and its start did not (``won``), the reverse (``lost``), and the standard error of the
+    gain from the per-problem differences (paired: tighter than two independent proportions')."""
+    out = {}
+    for metric, key in (("tool_call_success", "tool_call_ok"), ("answer_accuracy", "correct")):
+        d = [int(bool(x[key])) - int(bool(y[key])) for x, y in zip(after, before, strict=True)]
+        n, mean = len(d), sum(d) / max(len(d), 1)
+        var = sum((x - mean) ** 2 for x in d) / (n - 1) if n > 1 else 0.0
+        out[metric] = {"won": d.count(1), "lost": d.count(-1), "se": round((var / n) ** 0.5, 6) if n else 0.0}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True)
@@ -352,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             tracer.close()
             server.stop()
         out["train_runs"] = metrics(results)
+        held: dict[str, list[dict]] = {}
         for name, model in (("after", a.model), ("before", a.before_model)):
             if not model:
                 continue
@@ -371,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
             if memory is not None:
                 memory.pending.clear()  # held-out runs read the memory, never write to it
-            out[name] = metrics(results)
+            out[name], held[name] = metrics(results), results
     finally:
         if memory is not None:
             memory.close()
@@ -379,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         out["gain"] = {
             k: round(out["after"][k] - out["before"][k], 6) for k in ("tool_call_success", "answer_accuracy")
         }
+        out["paired"] = paired(held["after"], held["before"])
     out["minutes"] = round((time.perf_counter() - start) / 60, 2)
     atomic_write_text(a.eval, json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(json.dumps(out))

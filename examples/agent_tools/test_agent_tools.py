@@ -195,3 +195,19 @@ def test_seeds_configures_a_point_and_resumes_it(tmp_path):
     os.utime(metrics, (start + 900, start + 900))
     assert seeds.attempt_minutes(tmp_path) == [15.0]
     assert seeds.attempt_minutes(tmp_path / "fresh") == []
+
+
+def test_paired_gain_counts_problems_won_and_lost_and_its_standard_error():
+    import statistics
+
+    after = [{"tool_call_ok": t, "correct": c} for t, c in [(1, 1), (1, 0), (1, 1), (0, 0), (1, 0)]]
+    before = [{"tool_call_ok": t, "correct": c} for t, c in [(0, 0), (1, 0), (0, 1), (1, 0), (1, 0)]]
+    got = agent.paired(after, before)
+    d = [1, 0, 1, -1, 0]
+    assert got["tool_call_success"]["won"] == 2 and got["tool_call_success"]["lost"] == 1
+    assert abs(got["tool_call_success"]["se"] - statistics.stdev(d) / 5**0.5) < 1e-6
+    assert got["answer_accuracy"] == {
+        "won": 1,
+        "lost": 0,
+        "se": round(statistics.stdev([1, 0, 0, 0, 0]) / 5**0.5, 6),
+    }
