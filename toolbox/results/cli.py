@@ -23,7 +23,7 @@ from pathlib import Path
 def cmd_check(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import atomic_write_text
     from toolbox.core.errors import ConfigError, DataError
-    from toolbox.results.expect import check, markdown_table
+    from toolbox.results.expect import check, flat, markdown_table
 
     try:
         expect = json.loads(args.expect)
@@ -64,18 +64,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         atomic_write_text(Path(args.out), json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(table if rows else f"run {args.run or path}: no expectations declared\n", end="")
     return 0
-
-
-def flat(metrics: dict, prefix: str = "") -> dict:
-    """Nested metrics as one level, keys joined by '/': agent_eval.json's ``{"gain":
-    {"answer_accuracy": 0.2}}`` is ``gain/answer_accuracy`` (eval.json is flat already)."""
-    out: dict = {}
-    for key, value in metrics.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def cmd_report(args: argparse.Namespace) -> int:
