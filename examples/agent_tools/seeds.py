@@ -18,6 +18,10 @@ interrupted one (its copy there, no eval.json) is resumed in its copy: files tha
 checkout are copied again, Snakemake is unlocked and reruns what is incomplete or out of date (a
 train job continues from its last checkpoint), and ``minutes`` adds the earlier attempts' wall
 time (each Snakemake log's start to its last write) to this one's.
+
+agent.py's paired comparison of the two models on the same held-out problems (problems won and
+lost, the gain's standard error) becomes ``gain/<metric>_won``, ``_lost`` and ``_se``; ``--paired``
+adds it to points finished before agent.py had it, by running their held-out evaluation again.
 """
 
 from __future__ import annotations
@@ -85,7 +89,6 @@ def attempt_minutes(repo: Path) -> list[float]:
 
 
 def run_point(seed: int, forward: str, out: Path) -> None:
-    from toolbox.core.atomic import atomic_write_text
 
     folder = out / f"s{seed}-{forward}"
     if (folder / "eval.json").is_file():
@@ -110,10 +113,20 @@ def run_point(seed: int, forward: str, out: Path) -> None:
         raise RuntimeError(
             f"point {folder.name}: snakemake exited {done.returncode}; see {folder / 'snakemake.log'}"
         )
-    agent = json.loads(scored.read_text())
+    record = {"seed": seed, "forward": forward, "minutes": minutes, "attempts": len(earlier) + 1,
+              "load_start": round(load, 1), "load_end": round(os.getloadavg()[0], 1)}  # fmt: skip
+    write_point(folder, repo, record, done.returncode == 0, expect, "python examples/agent_tools/seeds.py")
+
+
+def write_point(folder: Path, repo: Path, record: dict, passed: bool, expect: dict, command: str) -> None:
+    """The point's eval.json (agent_sft's agent_eval.json: eval/, before/, gain/) and run.json
+    (record, the base's stopping step, the dataset's rows, the check)."""
+    from toolbox.core.atomic import atomic_write_text
+
+    agent = json.loads((repo / "work" / "agent_sft" / "agent_eval.json").read_text())
     metrics = {f"eval/{k}": v for k, v in agent["after"].items() if k != "problems"}
     metrics |= {f"before/{k}": v for k, v in agent["before"].items() if k != "problems"}
-    metrics |= {f"gain/{k}": v for k, v in agent["gain"].items()}
+    metrics |= {f"gain/{k}": v for k, v in agent["gain"].items()} | paired_metrics(agent)
     card = json.loads((repo / "work" / "agent_base" / "traces_data" / "card.json").read_text())
     steps = [
         json.loads(line).get("step")
@@ -121,26 +134,60 @@ def run_point(seed: int, forward: str, out: Path) -> None:
     ]
     record = {
         "name": "agent_sft",
-        "seed": seed,
-        "forward": forward,
-        "minutes": minutes,
-        "attempts": len(earlier) + 1,
-        "load_start": round(load, 1),
-        "load_end": round(os.getloadavg()[0], 1),
+        **record,
         "base_steps": max(s for s in steps if s is not None),
         "rows": sum(card["rows_out"].values()),
-        "check": "passed" if done.returncode == 0 else "failed",
+        "check": "passed" if passed else "failed",
         "expect": expect,
-        "command": "python examples/agent_tools/seeds.py",
+        "command": command,
     }
+    folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / "run.json", json.dumps(record, indent=2) + "\n")
     atomic_write_text(
         folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n"
     )  # last: done
-    print(
-        f"{folder.name}: {metrics} ({minutes} min, load {record['load_start']}-{record['load_end']})",
-        flush=True,
-    )
+    print(f"{folder.name}: {metrics} ({record.get('minutes')} min)", flush=True)
+
+
+def paired_metrics(agent: dict) -> dict:
+    """agent.py's paired comparison (problems won and lost, the gain's standard error) as
+    ``gain/<metric>_won``, ``_lost``, ``_se``."""
+    return {f"gain/{m}_{k}": v for m, d in (agent.get("paired") or {}).items() for k, v in d.items()}
+
+
+def add_paired(folder: Path) -> None:
+    """A finished point whose agent.py predates the paired comparison: evaluate its two models on
+    the held-out problems again (greedy) with this checkout's agent.py and the run's own agent
+    arguments, and add the comparison to eval.json when the scores are the pipeline's."""
+    import yaml
+
+    from toolbox.core.atomic import atomic_write_text
+
+    metrics = json.loads((folder / "eval.json").read_text())
+    if "gain/tool_call_success_se" in metrics:
+        return
+    repo = folder / "repo"
+    args = yaml.safe_load((repo / CONFIG).read_text())["runs"]["agent_sft"]["agent"]["args"]
+    out = folder / "paired"
+    command = [sys.executable, str(ROOT / "examples" / "agent_tools" / "agent.py"),
+               "--model", "work/agent_sft/train/model", "--before-model", "work/agent_base/train/model",
+               "--traces", str(out / "traces.sqlite"), "--eval", str(out / "agent_eval.json"), *map(str, args)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
+    with open(folder / "paired.log", "w") as log:
+        subprocess.run(["nice", "-n", "10", *command], cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
+                       check=True)  # fmt: skip
+    agent = json.loads((out / "agent_eval.json").read_text())
+    again = {f"{side}/{k}": agent[name][k] for side, name in (("eval", "after"), ("before", "before"))
+             for k in ("tool_call_success", "answer_accuracy")}  # fmt: skip
+    differ = {k: (metrics[k], v) for k, v in again.items() if metrics[k] != v}
+    if differ:
+        print(
+            f"{folder.name}: the held-out scores differ from the pipeline's {differ}; not added", flush=True
+        )
+        return
+    metrics |= paired_metrics(agent)
+    atomic_write_text(folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    print(f"{folder.name}: {paired_metrics(agent)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,9 +198,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--forwards", default="lean,exact")
     p.add_argument("--out", default="work/agent_matrix")
     p.add_argument("--jobs", type=int, default=2, help="points run at once")
+    p.add_argument(
+        "--checkout",
+        metavar="LABEL",
+        help="collect this checkout's own agent_sft (after `dvc repro` or `snakemake` here) as point LABEL",
+    )
+    p.add_argument("--minutes", type=float, help="with --checkout: the wall minutes that run took")
+    p.add_argument("--command", default="dvc repro check-agent_sft publish-agent_sft", help="with --checkout")
+    p.add_argument(
+        "--paired",
+        action="store_true",
+        help="add the paired comparison to finished points that lack it (their held-out runs again)",
+    )
     a = p.parse_args(argv)
     out = Path(a.out).resolve()
     points = [(s, f) for s in parse_seeds(a.seeds) for f in a.forwards.split(",")]
+    if a.checkout:
+        import yaml
+
+        config = yaml.safe_load((ROOT / CONFIG).read_text())["runs"]
+        train = yaml.safe_load((ROOT / "work" / "agent_sft" / "config" / "train.yaml").read_text())
+        check = json.loads((ROOT / "work" / "agent_sft" / "check.json").read_text())
+        record = {"seed": train.get("seed", 0), "forward": train["trainer"]["forward"], "minutes": a.minutes}
+        write_point(out / a.checkout, ROOT, record, check["passed"], config["agent_sft"].get("expect") or {},
+                    a.command)  # fmt: skip
+        return 0
+    if a.paired:
+        for s, f in points:
+            if (out / f"s{s}-{f}" / "eval.json").is_file():
+                add_paired(out / f"s{s}-{f}")
+        return 0
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         for future in [pool.submit(run_point, s, f, out) for s, f in points]:
             future.result()
