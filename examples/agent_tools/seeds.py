@@ -77,7 +77,11 @@ def attempt_minutes(repo: Path) -> list[float]:
     """Wall minutes of the Snakemake runs already made in repo: each log's start (its name) to its
     last write; the last run's job may have written on after its log (a killed training), so that
     run ends at the last write under work/ too."""
-    logs = sorted((repo / ".snakemake" / "log").glob("*.snakemake.log"))
+    logs = [
+        log
+        for log in sorted((repo / ".snakemake" / "log").glob("*.snakemake.log"))
+        if "Unlocked working directory." not in log.read_text()  # (a --unlock call, no attempt)
+    ]
     minutes = []
     for i, log in enumerate(logs):
         start = datetime.strptime(log.name.split(".snakemake")[0], "%Y-%m-%dT%H%M%S.%f").timestamp()

@@ -193,6 +193,8 @@ def test_seeds_configures_a_point_and_resumes_it(tmp_path):
     metrics.parent.mkdir(parents=True)
     metrics.write_text("")
     os.utime(metrics, (start + 900, start + 900))
+    unlock = log.with_name("2026-12-05T121500.000000.snakemake.log")
+    unlock.write_text("Unlocked working directory.\n")
     assert seeds.attempt_minutes(tmp_path) == [15.0]
     assert seeds.attempt_minutes(tmp_path / "fresh") == []
 
