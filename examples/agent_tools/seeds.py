@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         config = yaml.safe_load((ROOT / CONFIG).read_text())["runs"]
         train = yaml.safe_load((ROOT / "work" / "agent_sft" / "config" / "train.yaml").read_text())
         check = json.loads((ROOT / "work" / "agent_sft" / "check.json").read_text())
-        record = {"seed": train.get("seed", 0), "forward": train["trainer"]["forward"], "minutes": a.minutes}
+        record = {"seed": train.get("seed", 0), "forward": train["trainer"]["forward"], "minutes": a.minutes,
+                  "via": a.command.split()[0]}  # fmt: skip
         write_point(out / a.checkout, ROOT, record, check["passed"], config["agent_sft"].get("expect") or {},
                     a.command)  # fmt: skip
         return 0
