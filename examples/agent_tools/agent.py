@@ -5,6 +5,7 @@ calculator tool through ``toolbox serve`` with the official ``openai`` client.
         --traces work/agent_base/traces.sqlite --eval work/agent_base/agent_eval.json \
         [--train-problems 400] [--eval-problems 100] [--before-model DIR] \
         [--digits 3 --fixed-width --templates 3]   # the source settings the model was trained on
+        [--eval-traces DIR]                        # trace the held-out runs too (failures.py reads them)
 
 1. Training problems (none of them held out): ``toolbox serve --trace TRACES`` records every model
    call; the agent records its own run (an ``agent`` span per problem, a ``tool_call`` span per
@@ -39,6 +40,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 KEY = "sk-agent-tools-local-0123456789"
@@ -54,20 +56,32 @@ def free_port() -> int:
 class AgentMemory:
     """The agent's episodic memory. Runs recall from the store as it was when they started (the
     agent's threads share it under one lock); the episodes of a batch of runs are written after it,
-    in problem order, so what a run recalls does not depend on which concurrent run finished first."""
+    in problem order, so what a run recalls does not depend on which concurrent run finished first.
 
-    def __init__(self, memory, recall_k: int = 0) -> None:
-        self.memory, self.recall_k = memory, recall_k
+    The store (``toolbox.memory.EpisodicMemory`` at ``path``) is opened, searched, written and
+    closed on one thread of its own: its SQLite connections (rows, embedding cache) belong to the
+    thread that opened them, and the runs call it from the agent's worker threads."""
+
+    def __init__(self, path: str | Path, embedder: dict, recall_k: int = 0) -> None:
+        from toolbox.memory import EpisodicMemory
+
+        self.recall_k = recall_k
         self.lock = threading.Lock()
         self.pending: list[tuple[str, dict, list[str], str, bool]] = []
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="memory")
+        self.memory = self._thread.submit(EpisodicMemory, path, embedder=embedder).result()
+
+    def run(self, fn, *args, **kwargs):
+        """``fn(store, *args, **kwargs)`` on the memory's thread."""
+        return self._thread.submit(fn, self.memory, *args, **kwargs).result()
 
     def recall(self, question: str) -> str:
         from toolbox.memory.writer import recall
 
         with self.lock:
-            if not self.recall_k or len(self.memory) == 0:  # (a filter on a key no item has yet is an error)
+            if not self.recall_k or self.run(len) == 0:  # (a filter on a key no item has yet is an error)
                 return ""
-            return recall(self.memory, question, k=self.recall_k, filters={"success": True})
+            return self.run(recall, question, k=self.recall_k, filters={"success": True})
 
     def remember(self, session: str, problem: dict, steps: list[str], final: str, correct: bool) -> None:
         with self.lock:
@@ -77,14 +91,21 @@ class AgentMemory:
         """Write the pending episodes (in session order); return how many."""
         from toolbox.memory.writer import write_episode
 
+        def write(store, done) -> None:
+            for _, problem, steps, final, correct in done:
+                write_episode(store, problem["question"], final or "(no answer)", steps, success=correct,
+                              metadata={"answer": problem["answer"]})  # fmt: skip
+            store.flush()
+
         with self.lock:
             done = sorted(self.pending, key=lambda e: (len(e[0]), e[0]))
-            for _, problem, steps, final, correct in done:
-                write_episode(self.memory, problem["question"], final or "(no answer)", steps, success=correct,
-                              metadata={"answer": problem["answer"]})  # fmt: skip
+            self.run(write, done)
             self.pending.clear()
-            self.memory.flush()
         return len(done)
+
+    def close(self) -> None:
+        self.run(lambda store: store.close())
+        self._thread.shutdown()
 
 
 class Server:
@@ -139,73 +160,105 @@ def solve(
     """One agent run: ask, execute the calculator calls, until a reply without a call. A request the
     server refuses (a conversation grown past the model's context) ends the run as not correct.
     With ``memory``, the recalled episodes open the conversation as a system message, and the run
-    is kept as an episode for ``memory.commit()``."""
+    is kept as an episode for ``memory.commit()``.
+
+    Traced, each model call is the child of a ``decision`` span ``turn`` (its ``traceparent``),
+    scored ``step_ok``: its calls all returned the answer, or its final answer is right. The run's
+    ``agent`` span gets ``correct`` and ``tool_call_ok`` (the first turn called the calculator with
+    an expression of the answer's value)."""
+    messages = [{"role": "user", "content": problem["question"]}]
+    recalled = memory.recall(problem["question"]) if memory is not None else ""
+    if recalled:
+        messages.insert(0, {"role": "system", "content": recalled})
+    steps: list[str] = []
+    if tracer is None:
+        out = _turns(
+            client, problem, None, None, session, temperature, max_turns, max_tokens, messages, steps
+        )
+    else:
+        with tracer.span("agent", "solve", session_id=session, inputs={"question": problem["question"]},
+                         metadata={"answer": problem["answer"]}) as span:  # fmt: skip
+            out = _turns(
+                client, problem, tracer, span, session, temperature, max_turns, max_tokens, messages, steps
+            )
+            span.outputs = out["final"]
+        tracer.score(span.id, "correct", out["correct"], source="reward")
+        tracer.score(span.id, "tool_call_ok", out["tool_call_ok"], source="reward")
+    if memory is not None:
+        memory.remember(session, problem, steps, out["final"], out["correct"])
+    return out
+
+
+def _turns(
+    client, problem, tracer, span, session, temperature, max_turns, max_tokens, messages, steps
+) -> dict:
+    """The model calls of one run (see ``solve``); appends to ``messages`` and ``steps``."""
     import openai
 
     from toolbox.data.sources.arithmetic_tools import TOOLS, calculate
 
-    def run(span) -> dict:
-        headers = {"X-Session-Id": session}
-        if span is not None:
-            headers["traceparent"] = f"00-{span.trace_id}-{span.id}-01"
-        messages = [{"role": "user", "content": problem["question"]}]
-        recalled = memory.recall(problem["question"]) if memory is not None else ""
-        if recalled:
-            messages.insert(0, {"role": "system", "content": recalled})
-        tool_ok, final, steps = False, "", []
-        for turn in range(max_turns):
+    def answer_of(result: str) -> bool:
+        return result == problem["answer"]
+
+    def execute(call) -> str:
+        try:
+            expression = str(json.loads(call.function.arguments).get("expression", ""))
+        except (ValueError, AttributeError):
+            expression = ""
+        context = (
+            tracer.span("tool_call", call.function.name, inputs={"expression": expression}, metadata={"tool_call_id": call.id})
+            if tracer is not None
+            else nullcontext()
+        )  # fmt: skip
+        with context as t:
+            result = calculate(expression) if call.function.name == "calculator" else "error: unknown tool"
+            if t is not None:
+                t.outputs = result
+        steps.append(f"{call.function.name}({expression}) -> {result}")
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return result
+
+    tool_ok, final = False, ""
+    for turn in range(max_turns):
+        with (
+            tracer.span("decision", "turn", inputs={"turn": turn})
+            if tracer is not None
+            else nullcontext() as step
+        ):
+            headers = {"X-Session-Id": session}
+            if step is not None:  # the server's record of this model call becomes the turn's child
+                headers["traceparent"] = f"00-{step.trace_id}-{step.id}-01"
             try:
                 reply = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, max_tokens=max_tokens,
                                                        temperature=temperature, extra_headers=headers)  # fmt: skip
             except openai.BadRequestError as e:
-                final = ""
                 if span is not None:
                     span.error = f"BadRequestError: {e.message}"
-                break
-            message = reply.choices[0].message
-            calls = message.tool_calls or []
-            if not calls:
-                final = message.content or ""
-                break
-            messages.append({"role": "assistant", "content": message.content or "",
-                             "tool_calls": [c.model_dump(exclude_none=True) for c in calls]})  # fmt: skip
-            for c in calls:
-                try:
-                    expression = str(json.loads(c.function.arguments).get("expression", ""))
-                except (ValueError, AttributeError):
-                    expression = ""
-                if tracer is not None:
-                    with tracer.span("tool_call", c.function.name, inputs={"expression": expression},
-                                     metadata={"tool_call_id": c.id}) as t:  # fmt: skip
-                        result = (
-                            calculate(expression)
-                            if c.function.name == "calculator"
-                            else "error: unknown tool"
-                        )
-                        t.outputs = result
+                final, calls = "", None
+            else:
+                message = reply.choices[0].message
+                calls = message.tool_calls or []
+                if not calls:
+                    final = message.content or ""
+                    ok = _last_number(final) == problem["answer"]
                 else:
-                    result = (
-                        calculate(expression) if c.function.name == "calculator" else "error: unknown tool"
-                    )
-                if turn == 0 and c.function.name == "calculator" and result == problem["answer"]:
-                    tool_ok = True
-                steps.append(f"{c.function.name}({expression}) -> {result}")
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": result})
-        numbers = NUMBER.findall(final)
-        correct = bool(numbers) and numbers[-1] == problem["answer"]
-        if memory is not None:
-            memory.remember(session, problem, steps, final, correct)
-        return {"correct": correct, "tool_call_ok": tool_ok, "final": final}
+                    messages.append({"role": "assistant", "content": message.content or "",
+                                     "tool_calls": [c.model_dump(exclude_none=True) for c in calls]})  # fmt: skip
+                    right = [c.function.name == "calculator" and answer_of(execute(c)) for c in calls]
+                    ok = all(right)
+                    tool_ok = tool_ok or (turn == 0 and any(right))
+        if calls is None:  # refused: no reply to score
+            break
+        if step is not None:  # this model call's own verifiable reward (to-dataset --where step_ok==true)
+            tracer.score(step.id, "step_ok", ok, source="reward")
+        if not calls:
+            break
+    return {"correct": _last_number(final) == problem["answer"], "tool_call_ok": tool_ok, "final": final}
 
-    if tracer is None:
-        return run(None)
-    with tracer.span("agent", "solve", session_id=session, inputs={"question": problem["question"]},
-                     metadata={"answer": problem["answer"]}) as span:  # fmt: skip
-        out = run(span)
-        span.outputs = out["final"]
-    tracer.score(span.id, "correct", out["correct"], source="reward")
-    tracer.score(span.id, "tool_call_ok", out["tool_call_ok"], source="reward")
-    return out
+
+def _last_number(text: str) -> str | None:
+    numbers = NUMBER.findall(text)
+    return numbers[-1] if numbers else None
 
 
 def run_all(
@@ -236,6 +289,19 @@ def metrics(results: list[dict]) -> dict:
     }
 
 
+def paired(after: list[dict], before: list[dict]) -> dict:
+    """Per metric, over the same held-out problems in the same order: how many the trained model
+    solved and its start did not (``won``), the reverse (``lost``), and the standard error of the
+    gain from the per-problem differences (paired: tighter than two independent proportions')."""
+    out = {}
+    for metric, key in (("tool_call_success", "tool_call_ok"), ("answer_accuracy", "correct")):
+        d = [int(bool(x[key])) - int(bool(y[key])) for x, y in zip(after, before, strict=True)]
+        n, mean = len(d), sum(d) / max(len(d), 1)
+        var = sum((x - mean) ** 2 for x in d) / (n - 1) if n > 1 else 0.0
+        out[metric] = {"won": d.count(1), "lost": d.count(-1), "se": round((var / n) ** 0.5, 6) if n else 0.0}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True)
@@ -249,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixed-width", action="store_true", help="as the source (operands of exactly --digits)")
     p.add_argument("--templates", type=int, default=0, help="as the source (0: all its templates)")
     p.add_argument("--seed", type=int, default=1, help="draw of the training problems")
+    p.add_argument("--eval-traces", help="also trace the held-out runs: DIR/after.sqlite, DIR/before.sqlite")
     p.add_argument("--memory", help="an episodic memory store (folder): training runs are written into it")
     p.add_argument(
         "--recall", type=int, default=0, help="runs retrieve this many successful episodes (needs --memory)"
@@ -286,9 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     memory = None
     if a.memory:
-        from toolbox.memory import EpisodicMemory
-
-        memory = AgentMemory(EpisodicMemory(a.memory, embedder={"name": a.memory_embedder}), a.recall)
+        memory = AgentMemory(a.memory, {"name": a.memory_embedder}, a.recall)
     try:
         tracer = Tracer(traces, flush_every=32)  # the agent's runs, beside the server's model calls
         server = Server(a.model, str(traces), log)
@@ -300,24 +365,35 @@ def main(argv: list[str] | None = None) -> int:
             tracer.close()
             server.stop()
         out["train_runs"] = metrics(results)
+        held: dict[str, list[dict]] = {}
         for name, model in (("after", a.model), ("before", a.before_model)):
             if not model:
                 continue
-            server = Server(model, None, log)
+            store = None
+            if a.eval_traces:  # the held-out runs traced too, for examples/agent_tools/failures.py
+                store = Path(a.eval_traces) / f"{name}.sqlite"
+                store.parent.mkdir(parents=True, exist_ok=True)
+                for stale in store.parent.glob(store.name + "*"):
+                    stale.unlink()
+            eval_tracer = Tracer(store, flush_every=32) if store else None
+            server = Server(model, str(store) if store else None, log)
             try:
-                results = run_all(server.base_url, held_out, prefix="eval", memory=memory)
+                results = run_all(server.base_url, held_out, eval_tracer, prefix="eval", memory=memory)
             finally:
+                if eval_tracer is not None:
+                    eval_tracer.close()
                 server.stop()
             if memory is not None:
                 memory.pending.clear()  # held-out runs read the memory, never write to it
-            out[name] = metrics(results)
+            out[name], held[name] = metrics(results), results
     finally:
         if memory is not None:
-            memory.memory.close()
+            memory.close()
     if "before" in out:  # what training on the traces changed (toolbox check reads gain/...)
         out["gain"] = {
             k: round(out["after"][k] - out["before"][k], 6) for k in ("tool_call_success", "answer_accuracy")
         }
+        out["paired"] = paired(held["after"], held["before"])
     out["minutes"] = round((time.perf_counter() - start) / 60, 2)
     atomic_write_text(a.eval, json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(json.dumps(out))

@@ -78,4 +78,6 @@ def test_the_recipe_meets_its_matrix_expectation(tmp_path):
     result = main(["--out", str(tmp_path)])
     before, after = result["dpo"]["before"], result["dpo"]["after"]
     assert after["eval/accuracy"] >= 0.85
-    assert after["eval/exact_match"] >= 0.95 and after["eval/exact_match"] - before["eval/exact_match"] >= -0.05
+    assert (
+        after["eval/exact_match"] >= 0.95 and after["eval/exact_match"] - before["eval/exact_match"] >= -0.05
+    )

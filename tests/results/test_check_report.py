@@ -289,3 +289,29 @@ def test_check_writes_an_html_table_for_the_snakemake_report(tmp_path: Path) -> 
         "<td>rl</td><td>eval/exact_match</td><td>0.6</td><td>0.9</td><td>&gt;= 0.8</td><td>yes</td>" in text
     )
     assert "<script" not in text
+
+
+def test_report_of_a_run_with_an_agent_reads_its_agent_eval_json(tmp_path: Path) -> None:
+    # the check stage reads eval.json and agent_eval.json; the report must see the same metrics
+    config = tmp_path / "config" / "config.yaml"
+    config.parent.mkdir()
+    expect = {"gain/tool_call_success": {"min": 0.1}, "gain/answer_accuracy": {"min": 0.05}}
+    runs = {"agent_sft": {"experiment": "agent_sft", "agent": {"script": "agent.py"}, "expect": expect}}
+    config.write_text(yaml.safe_dump({"runs": runs}))
+    results = tmp_path / "results" / "agent_sft"
+    results.mkdir(parents=True)
+    (results / "eval.json").write_text(json.dumps({"eval/loss": 0.0078}))
+    (results / "agent_eval.json").write_text(
+        json.dumps(
+            {
+                "after": {"tool_call_success": 0.855},
+                "gain": {"tool_call_success": 0.15, "answer_accuracy": 0.02},
+            }
+        )
+    )
+    md = tmp_path / "report.md"
+    assert main(["report", "--config", str(config), "--root", str(tmp_path), "--md", str(md)]) == 0
+    text = md.read_text()
+    source = "results/agent_sft/eval.json + agent_eval.json"
+    assert f"| agent_sft | gain/tool_call_success | – | 0.15 | >= 0.1 | yes | {source} |" in text
+    assert f"| agent_sft | gain/answer_accuracy | – | 0.02 | >= 0.05 | **NO** | {source} |" in text

@@ -75,6 +75,12 @@ def record_runs():
 
 
 @pytest.fixture
+def tool_conversation():
+    """tool_conversation(i): run i's conversation (question, call, reply, answer)."""
+    return conversation
+
+
+@pytest.fixture
 def tools():
     return TOOLS
 

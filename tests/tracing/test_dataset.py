@@ -84,6 +84,58 @@ def test_filters_count_each_rule_and_an_empty_result_names_the_filter(tmp_path, 
         RecordFilter(scores=["correct=>1"])
 
 
+def test_step_rows_keep_a_right_call_before_a_wrong_answer_only_with_final_calls(
+    tmp_path, tools, tool_conversation
+):
+    """Each model call filtered by its own reward (``step_ok`` on a turn span, the parent of the
+    call): a run whose call is right and answer wrong gives its call's row, ending in the call,
+    with ``final_calls``; without it that row is dropped as before. A call missing its reply in
+    the middle of a row is never kept."""
+    from toolbox.tracing import chat_to_messages
+
+    conversation = tool_conversation
+    store = MemoryStore()
+    tracer = Tracer(store)
+    for i in range(6):
+        chat = conversation(i)
+        with tracer.span("agent", "solve", session_id=f"s{i}"):
+            for turn, (upto, end) in enumerate(((2, 3), (4, 5))):
+                with tracer.span("decision", "turn") as t:
+                    with tracer.span(
+                        "llm_call", "chat", inputs=chat_to_messages(chat[:upto]), tools=tools
+                    ) as c:
+                        c.outputs = chat_to_messages(chat[upto:end])
+                tracer.score(t.id, "step_ok", turn == 0 or i % 2 == 0)  # odd runs: the answer is wrong
+    with tracer.span("agent", "solve", session_id="s-broken"):  # a call with no reply inside the row
+        chat = conversation(9)
+        with tracer.span("decision", "turn") as t:
+            with tracer.span("llm_call", "chat", inputs=chat_to_messages(chat[:3]), tools=tools) as c:
+                c.outputs = chat_to_messages(chat[4:5])
+        tracer.score(t.id, "step_ok", True)
+    tracer.flush()
+    rule = RecordFilter(scores=["step_ok==true"])
+    card = to_dataset(store, tmp_path / "whole", filters=rule, test_fraction=0.0)
+    assert card["removed"] == {
+        "score:step_ok==True": 3,
+        "continued_in_later_call": 3,
+        "unmatched_tool_call": 4,
+    }
+    assert all(len(r["messages"]) == 5 for r in load_from_disk(str(tmp_path / "whole"))["train"])
+    card = to_dataset(store, tmp_path / "steps", filters=rule, final_calls=True, test_fraction=0.0)
+    assert card["removed"] == {
+        "score:step_ok==True": 3,
+        "continued_in_later_call": 3,
+        "unmatched_tool_call": 1,
+    }
+    assert card["settings"]["final_calls"] is True
+    rows = sorted(load_from_disk(str(tmp_path / "steps"))["train"], key=lambda r: r["messages"][1]["content"])
+    got = [[_strip(m) for m in r["messages"]] for r in rows]
+    want = sorted(
+        (conversation(i)[: 5 if i % 2 == 0 else 3] for i in range(6)), key=lambda c: c[1]["content"]
+    )
+    assert got == want  # odd runs: question and the right call, as recorded; even runs: whole
+
+
 def _group_store(n_prompts=4, n=4) -> MemoryStore:
     """GRPO-like: per prompt a parent and n sibling generations with a reward."""
     store = MemoryStore()

@@ -124,3 +124,37 @@ def test_an_unserialisable_value_is_reported_and_kept_as_repr(tmp_path, caplog):
 
     r = next(open_store(tmp_path / "t.jsonl").query())
     assert r.inputs == {"obj": "<Opaque>", "ok": 1} and "unserialisable" in r.tags
+
+
+def test_threads_that_end_spans_and_score_them_share_one_sqlite_store(tmp_path):
+    """Spans ended and scored from several threads (as the agent's concurrent runs do): every
+    score lands on its record. Without one writer at a time, a score's transaction met a flush's on
+    the shared connection ("cannot start a transaction within a transaction"), or found its record
+    taken from the buffer but not yet stored."""
+    import threading
+
+    from toolbox.tracing import open_store
+
+    path = tmp_path / "t.sqlite"
+    tracer = Tracer(path, flush_every=3)
+    errors = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(150):
+                with tracer.span("agent", "run", inputs={"k": k, "i": i}) as run:
+                    pass
+                tracer.score(run.id, "ok", i % 2 == 0)
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    tracer.close()
+    assert errors == []
+    with open_store(path, readonly=True) as store:
+        records = list(store.query())
+    assert len(records) == 900 and all(r.score("ok") is not None for r in records)

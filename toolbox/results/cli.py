@@ -23,7 +23,7 @@ from pathlib import Path
 def cmd_check(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import atomic_write_text
     from toolbox.core.errors import DataError
-    from toolbox.results.expect import check, markdown_table
+    from toolbox.results.expect import check, flat, markdown_table
 
     expect = parse_expect(args.expect)
     paths = [Path(p) for p in args.eval]
@@ -71,18 +71,6 @@ def parse_expect(text: str) -> dict:
         raise ConfigError(
             f'--expect: not JSON ({e}); write it as \'{{"eval/exact_match": {{"min": 0.95}}}}\'.'
         ) from None
-
-
-def flat(metrics: dict, prefix: str = "") -> dict:
-    """Nested metrics as one level, keys joined by '/': agent_eval.json's ``{"gain":
-    {"answer_accuracy": 0.2}}`` is ``gain/answer_accuracy`` (eval.json is flat already)."""
-    out: dict = {}
-    for key, value in metrics.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def cmd_report(args: argparse.Namespace) -> int:

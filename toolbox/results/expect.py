@@ -115,3 +115,15 @@ def markdown_table(rows: list[Row], run: str | None = None) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def flat(metrics: dict, prefix: str = "") -> dict:
+    """Nested metrics as one level, keys joined by '/': agent_eval.json's ``{"gain":
+    {"answer_accuracy": 0.2}}`` is ``gain/answer_accuracy`` (eval.json is flat already)."""
+    out: dict = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -27,7 +27,7 @@ from typing import Any
 
 from toolbox.core.atomic import atomic_write_text
 from toolbox.core.errors import ConfigError, DataError
-from toolbox.results.expect import Row, check
+from toolbox.results.expect import Row, check, flat
 
 BEFORE, GAIN = "before/", "gain/"
 
@@ -99,6 +99,10 @@ def runs_table(config: Path, root: Path) -> Table:
             continue
         metrics = json.loads(path.read_text())
         source = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        agent = path.parent / "agent_eval.json"  # a run with agent: declares on its metrics too
+        if entry.get("agent") and agent.is_file():
+            metrics |= {k: v for k, v in flat(json.loads(agent.read_text())).items() if k not in metrics}
+            source += " + agent_eval.json"
         table.rows += [[*r, source] for r in run_rows(run, metrics, entry.get("expect"))]
     return table
 

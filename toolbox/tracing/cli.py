@@ -252,6 +252,7 @@ def cmd_to_dataset(args: argparse.Namespace) -> int:
         redact=None if args.no_redact else default_redactor,
         exact_dup=not args.no_exact_dup,
         near_dup=args.near_dup,
+        final_calls=args.final_calls,
         test_fraction=args.test_fraction,
         seed=args.seed,
         progress=args.progress or (not args.no_progress and sys.stderr.isatty()),
@@ -310,6 +311,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-redact", action="store_true", help="skip the second redaction pass")
     p.add_argument("--no-exact-dup", action="store_true", help="keep exact duplicates")
     p.add_argument("--near-dup", type=float, help="drop rows with MinHash Jaccard >= this to a kept row")
+    p.add_argument("--final-calls", action="store_true",
+                   help="sft: keep a row that ends in the model's own tool call (a step whose later calls were filtered out)")  # fmt: skip
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of sessions in the test split")
     p.add_argument("--seed", type=int, default=0, help="seeds the session split")
     p.add_argument("--progress", action="store_true", help="a progress bar even when stderr is no terminal")

@@ -10,7 +10,10 @@ Formats (each row from the model calls, ``llm_call`` records, of one trace):
   replies with ``tool_call_id``). One row per conversation: a model call whose conversation
   (inputs + outputs) is the start of a later call's inputs in the same trace is part of that
   later row, not a row of its own. A row with a tool call and no reply of the same id, or a reply
-  to no call, is dropped (rule ``unmatched_tool_call``): rows are lossless.
+  to no call, is dropped (rule ``unmatched_tool_call``): rows are lossless. With
+  ``final_calls=True`` a row may end in the model call's own tool calls (their replies came in a
+  later call that the filters removed): a step's row, e.g. an agent's right call before a wrong
+  answer when each model call is filtered by its own reward.
 - ``preference``: ``{"prompt", "chosen", "rejected"}`` from sibling generations (model calls with
   the same parent and the same inputs, as a GRPO group), the best and the worst by ``score``;
   groups whose best does not beat the worst by more than ``margin`` give none.
@@ -127,6 +130,7 @@ def to_dataset(
     redact: Redactor | Callable | None = default_redactor,
     exact_dup: bool = True,
     near_dup: float | None = None,
+    final_calls: bool = False,
     test_fraction: float = 0.1,
     seed: int = 0,
     progress: bool = False,
@@ -166,11 +170,12 @@ def to_dataset(
             "redact": redact is not None,
             "exact_dup": exact_dup,
             "near_dup": near_dup,
+            "final_calls": final_calls,
             "test_fraction": test_fraction,
             "seed": seed,
         },
     )
-    maker = RowMaker(format, score, margin, label_threshold, text, card.drop)
+    maker = RowMaker(format, score, margin, label_threshold, text, card.drop, final_calls=final_calls)
     deduper = Deduper(exact=exact_dup, near=near_dup)
     redactor = redact if isinstance(redact, Redactor) else None
     if redactor is not None:

@@ -44,6 +44,12 @@ def unmatched_tool_calls(chat: list[dict[str, Any]]) -> list[str]:
     return [c for c in calls if c not in replies] + [r for r in replies if r not in calls]
 
 
+def final_call_ids(chat: list[dict[str, Any]]) -> list[str]:
+    """The ids of the tool calls in the conversation's last message, if it is an assistant's."""
+    last = chat[-1] if chat else {}
+    return [c.get("id") for c in last.get("tool_calls") or ()] if last.get("role") == "assistant" else []
+
+
 def _plain(chat: list[dict[str, Any]], role: str) -> str | None:
     if len(chat) == 1 and chat[0]["role"] == role and not chat[0].get("tool_calls"):
         return chat[0]["content"]
@@ -59,6 +65,7 @@ class RowMaker:
         label_threshold: float,
         text: bool,
         drop: Callable[[str], None],
+        final_calls: bool = False,
     ) -> None:
         if format not in FORMATS:
             raise TraceError(f"format {format!r}; choose one of {', '.join(FORMATS)}.")
@@ -72,6 +79,7 @@ class RowMaker:
         self.label_threshold = label_threshold
         self.text = text
         self.drop = drop  # drop(rule): count a row a rule removed
+        self.final_calls = final_calls  # sft: a row may end in its own tool call (a step's row)
 
     def _prompt(self, chat: list[dict[str, Any]]) -> Any:
         if self.text:
@@ -109,7 +117,8 @@ class RowMaker:
                 self.drop("continued_in_later_call")  # part of a later call's conversation
                 continue
             chat = messages_to_chat(messages)
-            if unmatched_tool_calls(chat):
+            unmatched = unmatched_tool_calls(chat)
+            if unmatched and not (self.final_calls and unmatched == final_call_ids(chat)):
                 self.drop("unmatched_tool_call")
                 continue
             if not any(m["role"] == "assistant" for m in chat):

@@ -98,6 +98,9 @@ class Tracer:
         self._rng = random.Random(seed)
         self._buffer: list[ActionRecord] = []
         self._lock = threading.Lock()
+        # one writer at a time on the store (its connection is shared by the threads that end
+        # spans), and a score for a record being flushed waits until that flush has stored it
+        self._write_lock = threading.Lock()
         self.unserialisable = 0
         self.dropped = 0  # by the redaction hook returning None
         self.written = 0
@@ -227,9 +230,14 @@ class Tracer:
                 if r.id == record_id:
                     r.scores.append(score)
                     return
-        self.store.add_score(record_id, score)
+        with self._write_lock:
+            self.store.add_score(record_id, score)
 
     def flush(self) -> None:
+        with self._write_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             batch, self._buffer = self._buffer, []
         if not batch:
