@@ -39,7 +39,6 @@ Each answer is a fresh ``MemoryItem`` (a caller may change it without touching t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -144,24 +143,13 @@ class ResidentRows:
         ids_list = ids.tolist()
         scores = [None] * len(ids_list) if sims is None else sims
         new, out = _new_item, []
-        for i, s, text, meta, (timestamp, importance, created, updated, accessed) in zip(
+        for i, s, text, meta, num in zip(
             ids_list, scores, texts, metas, self._num[slots].tolist(), strict=True
         ):
             if text is None:  # not held: read the rows not held from SQLite, then answer again
                 return self._read_missing(ids, sims)
             item = new(MemoryItem)
-            item.__dict__ = {
-                "id": i,
-                "text": text,
-                "_metadata_json": meta,
-                "timestamp": timestamp,
-                "importance": importance,
-                "created_at": created,
-                "updated_at": updated,
-                "accessed_at": None if accessed != accessed else accessed,  # NaN: never
-                "score": s,
-                "similarity": s,
-            }
+            item.__dict__ = _fields(i, text, meta, num, s)
             out.append(item)
         self.hits += len(out)
         return out
@@ -231,20 +219,7 @@ class ResidentRows:
         out = {}
         for i in np.flatnonzero(self._slot_of > 0).tolist():
             slot = int(self._slot_of[i])
-            timestamp, importance, created, updated, accessed = self._num[slot].tolist()
-            text, meta = self._text[slot], self._meta[slot]
-            out[i] = {
-                "id": i,
-                "text": text,
-                "_metadata_json": meta,
-                "timestamp": timestamp,
-                "importance": importance,
-                "created_at": created,
-                "updated_at": updated,
-                "accessed_at": None if math.isnan(accessed) else accessed,
-                "score": None,
-                "similarity": None,
-            }
+            out[i] = _fields(i, self._text[slot], self._meta[slot], self._num[slot].tolist(), None)
         return out
 
     def stats(self) -> dict[str, Any]:
@@ -261,3 +236,23 @@ class ResidentRows:
         """Stop watching the file (before the connection closes: ``CommitWatcher.close``)."""
         self._watch.close()
         self._empty()
+
+
+def _fields(
+    item_id: int, text: str, meta: str | None, num: list[float], score: float | None
+) -> dict[str, Any]:
+    """A ``MemoryItem``'s fields from a held row (``num``: timestamp, importance, created, updated,
+    accessed; a NaN accessed time is "never")."""
+    timestamp, importance, created, updated, accessed = num
+    return {
+        "id": item_id,
+        "text": text,
+        "_metadata_json": meta,
+        "timestamp": timestamp,
+        "importance": importance,
+        "created_at": created,
+        "updated_at": updated,
+        "accessed_at": None if accessed != accessed else accessed,
+        "score": score,
+        "similarity": score,
+    }
