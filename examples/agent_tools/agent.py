@@ -24,7 +24,9 @@ problem, its calculator calls and results, the final answer, ``success``: the ve
 and with ``--recall K`` every run (training and held-out) first retrieves the K most similar
 successful episodes into a system message. Held-out runs read the memory but never write to it.
 
-Servers listen on a free 127.0.0.1 port and are stopped by PID.
+The store is written as ``<stem>.partial.sqlite`` and renamed to TRACES once every writer has
+closed, so a killed run leaves no store the workflow could take for a finished one. Servers listen
+on a free 127.0.0.1 port and are stopped by PID.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -106,6 +109,18 @@ class AgentMemory:
     def close(self) -> None:
         self.run(lambda store: store.close())
         self._thread.shutdown()
+
+
+def publish_store(partial: Path, path: Path) -> None:
+    """Move a finished SQLite store to its final name: its write-ahead log folded in first (every
+    writer has closed), then one rename."""
+    db = sqlite3.connect(partial)
+    busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    db.close()  # the last connection: SQLite removes the emptied log
+    log = partial.with_name(partial.name + "-wal")
+    if busy or log.exists():
+        raise RuntimeError(f"{partial}: its write-ahead log could not be folded in (a writer still open?)")
+    os.replace(partial, path)
 
 
 class Server:
@@ -346,8 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     train = train[: a.train_problems]
     traces = Path(a.traces)
     traces.parent.mkdir(parents=True, exist_ok=True)
-    for stale in traces.parent.glob(traces.name + "*"):
-        stale.unlink()
+    # written under a temporary name and renamed once complete: a killed run leaves no store that
+    # the workflow (Snakemake, DVC) could take for finished
+    partial = traces.with_name(f"{traces.stem}.partial{traces.suffix}")
+    for name in (traces.name, partial.name):
+        for stale in traces.parent.glob(name + "*"):
+            stale.unlink()
     log = traces.with_suffix(".serve.log")
     out: dict = {"model": a.model}
     start = time.perf_counter()
@@ -355,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.memory:
         memory = AgentMemory(a.memory, {"name": a.memory_embedder}, a.recall)
     try:
-        tracer = Tracer(traces, flush_every=32)  # the agent's runs, beside the server's model calls
-        server = Server(a.model, str(traces), log)
+        tracer = Tracer(partial, flush_every=32)  # the agent's runs, beside the server's model calls
+        server = Server(a.model, str(partial), log)
         try:
             results = run_all(server.base_url, train, tracer, a.temperature, memory=memory)
             if memory is not None:
@@ -364,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             tracer.close()
             server.stop()
+        publish_store(partial, traces)
         out["train_runs"] = metrics(results)
         held: dict[str, list[dict]] = {}
         for name, model in (("after", a.model), ("before", a.before_model)):

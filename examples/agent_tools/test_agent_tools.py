@@ -213,3 +213,21 @@ def test_paired_gain_counts_problems_won_and_lost_and_its_standard_error():
         "lost": 0,
         "se": round(statistics.stdev([1, 0, 0, 0, 0]) / 5**0.5, 6),
     }
+
+
+def test_the_trace_store_gets_its_name_only_once_complete(tmp_path):
+    """agent.py writes TRACES as <stem>.partial.sqlite (a killed run leaves nothing the workflow
+    takes for finished) and publishes it by one rename, its write-ahead log folded in."""
+    from toolbox.tracing import open_store
+
+    partial, final = tmp_path / "traces.partial.sqlite", tmp_path / "traces.sqlite"
+    tracer = Tracer(partial, flush_every=1)
+    for i in range(3):
+        with tracer.span("agent", f"run{i}"):
+            pass
+    tracer.close()
+    agent.publish_store(partial, final)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traces.sqlite"]
+    store = open_store(final, readonly=True)
+    assert sorted(r.name for r in store.query()) == ["run0", "run1", "run2"]
+    store.close()
