@@ -12,7 +12,8 @@ tokens in and 64 out (``ignore_eos``). Per server and load: output tok/s, mean, 
 mean and median TPOT (``METRICS``).
 
 The machine is shared and stalls now and then, so per load: one unmeasured run of each server, then
-``--rounds`` rounds of one run of each, back to back in alternating order. A number in the table is
+``--rounds`` rounds of one run of each, back to back in alternating order (an even number, so that
+each server goes first as often). A number in the table is
 the median over the rounds; a ratio is the median over the rounds of the ratio within a round (both
 servers saw the same machine state). Ratios are oriented so that > 1 is better for us: throughput
 ours/vLLM, latencies vLLM/ours. Our server starts as the README starts it (``engine.num_threads=1
@@ -215,7 +216,9 @@ def main() -> int:
     p.add_argument("--num-prompts", type=int, default=40)
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--rounds", type=int, default=4, help="alternating rounds; even, so each server goes first as often"
+    )
     p.add_argument("--threads", type=int, default=1, help="our engine's torch threads for decoding")
     p.add_argument("--prefill-threads", type=int, default=2, help="... for prefilling (the README's 2)")
     p.add_argument(
