@@ -28,7 +28,9 @@ the first four interleaved: every (call, query) pair once per round, in a random
 load swings and cache warmth hit all of them alike (``interleaved``); results are turned into ids
 after the timing. ``--pin CORE`` times the searches on one core (the adds keep every core);
 ``--add-n N`` also times N adds into a fresh store (a saved store's add figures are those of the
-run that built it, in ``DIR.build.json`` beside it).
+run that built it, in ``DIR.build.json`` beside it), beside the time hnswlib's ``add_items`` took
+inside them (``library_add_seconds``) and a bare hnswlib index given the same adds and saved once
+(``bare_add_seconds``, ``bare_save_seconds``).
 
 ``overhead``: the bare hnswlib call, our index, the store and ``store_sql`` on one store's graph,
 interleaved as above: p50/p99 of each and their ratios. ``benchmarks/memory_ab.py`` compares the
@@ -289,6 +291,32 @@ def fill(store, data: np.ndarray, topics: np.ndarray, stop: int, chunk: int) -> 
     }
 
 
+def bare_fill(data: np.ndarray, stop: int, chunk: int, args, folder: Path) -> dict:
+    """The bare library doing the same adds: one hnswlib index (the store's space and graph
+    settings, sized up front), ``add_items`` in the same chunks on every core, then one
+    ``save_index`` (fsynced) to persist it: the store's adds against the library's, with and
+    without the one write that makes the library's index survive a restart."""
+    import hnswlib
+
+    h = hnswlib.Index(space="cosine", dim=DIM)
+    h.init_index(max_elements=stop, M=args.M, ef_construction=args.ef_construction)
+    threads = os.cpu_count() or 1
+    t0 = time.perf_counter()
+    for lo in range(0, stop, chunk):
+        hi = min(stop, lo + chunk)
+        h.add_items(data[lo:hi], np.arange(lo, hi), num_threads=threads)
+    add = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    path = folder / "bare.bin"
+    h.save_index(str(path))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"bare_add_seconds": add, "bare_save_seconds": time.perf_counter() - t0}
+
+
 def bench_scale(args) -> dict:
     """The store at each of ``--sizes``: one store grown through them, or one cached store each."""
     sizes = sorted(args.sizes)
@@ -308,16 +336,22 @@ def bench_scale(args) -> dict:
     if args.cache and len(args.cache) != len(sizes):
         raise SystemExit(f"--cache takes one folder per size ({len(sizes)} sizes, {len(args.cache)} folders)")
     queries = vectors(args.queries, 99)
-    data = vectors(sizes[-1], 0)
-    topics = np.random.default_rng(5).integers(0, 10, sizes[-1])  # the filter field: ~10% per value
+    data = vectors(max(sizes[-1], args.add_n), 0)
+    topics = np.random.default_rng(5).integers(0, 10, len(data))  # the filter field: ~10% per value
     spec = {"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction}
     if args.add_n:  # the add rate on a fresh store (a cached store's comes from the run that built it)
         tmp = Path(tempfile.mkdtemp(prefix="memory-bench-add-", dir=args.tmp))
         try:
             store = open_store(tmp, args, spec)
             out["add"] = {"load_before": load(), **fill(store, data, topics, args.add_n, args.chunk)}
-            out["add"]["load_after"] = load()
             store.close()
+            add = out["add"]
+            add.update(bare_fill(data, args.add_n, args.chunk, args, tmp))
+            add["store_add_over_bare_add"] = add["store_add_seconds"] / add["bare_add_seconds"]
+            add["store_add_over_bare_add_and_save"] = add["store_add_seconds"] / (
+                add["bare_add_seconds"] + add["bare_save_seconds"]
+            )
+            add["load_after"] = load()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print("add:", json.dumps(out["add"]), flush=True)

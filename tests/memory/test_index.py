@@ -9,7 +9,7 @@ import pytest
 from toolbox.core.registries import VECTOR_INDEXES
 from toolbox.memory.embedders.base import normalize_rows
 from toolbox.memory.index.exact import ExactIndex
-from toolbox.memory.index.hnsw import HnswIndex
+from toolbox.memory.index.hnsw import HnswIndex, saved_vectors
 
 DIM = 24
 
@@ -71,6 +71,24 @@ def test_hnsw_recall_deletes_updates_and_reload(tmp_path):
     again = HnswIndex.load(tmp_path, DIM, ef_search=64)
     assert len(again) == 1803 and sorted(again.ids().tolist()) == sorted(hnsw.ids().tolist())
     assert (again.search(q, 10)[0] == hnsw.search(q, 10)[0]).all()
+    # the reopened copy of the vectors comes from hnsw.bin (hnswlib's own, renormalised): the same
+    # vectors under the same ids, deleted slots reused by replace_deleted included
+    assert not (tmp_path / "exact.npz").exists()
+    live = hnsw.ids()
+    np.testing.assert_allclose(again.get(live), hnsw.get(live), atol=1e-6)
+    assert (again.exact_search(q, 10, live)[0] == hnsw.exact_search(q, 10, live)[0]).all()
+
+
+def test_vectors_from_an_hnsw_file_need_its_layout(tmp_path):
+    hnsw = HnswIndex(DIM)
+    hnsw.add(np.arange(10), data(10))
+    hnsw.save(tmp_path)
+    labels = np.load(tmp_path / "labels.npy")[1:, 1]
+    np.testing.assert_allclose(saved_vectors(tmp_path / "hnsw.bin", DIM, labels), data(10), atol=1e-6)
+    with pytest.raises(ValueError, match="not an hnswlib index of dimension 32"):
+        saved_vectors(tmp_path / "hnsw.bin", 32, labels)
+    with pytest.raises(ValueError, match="labels of labels.npy are not in the saved index"):
+        saved_vectors(tmp_path / "hnsw.bin", DIM, np.array([3, 99]))
 
 
 @pytest.mark.parametrize("exact_below", [20000, 10])  # exact gather, and hnswlib's filter predicate

@@ -112,5 +112,8 @@ def test_the_same_answers_as_the_sqlite_path(tmp_path, filters):
     got = [
         [tuple(getattr(it, f) for f in (*FIELDS, "score")) for it in m.search(q, 5, filters)] for q in queries
     ]
-    assert got == want and m._cache.loaded
+    # the reopened hnsw index reads its vectors from hnsw.bin, as hnswlib normalised them: scores
+    # may differ from the first session's in the last bit
+    assert [[r[:-1] for r in q] for q in got] == [[r[:-1] for r in q] for q in want] and m._cache.loaded
+    assert [[r[-1] for r in q] for q in got] == [[pytest.approx(r[-1], abs=1e-6) for r in q] for q in want]
     m.close()

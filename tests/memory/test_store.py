@@ -190,7 +190,7 @@ def test_wrong_embedder_or_newer_store_is_refused_unchanged(tmp_path):
     con.close()
     before = _digest(tmp_path)
     with pytest.raises(
-        MemoryStoreError, match=r"newer toolbox \(store schema 7; this toolbox reads up to 1\); upgrade"
+        MemoryStoreError, match=r"newer toolbox \(store schema 7; this toolbox reads up to 2\); upgrade"
     ):
         EpisodicMemory(tmp_path)
     assert _digest(tmp_path) == before
@@ -265,3 +265,33 @@ def test_a_query_vector_of_any_norm_ranks_by_cosine(tmp_path, index):
             np.flatnonzero(cosine >= 0.2)[np.argsort(-cosine[cosine >= 0.2])] + 1
         ).tolist()
     m.close()
+
+
+def test_a_schema_1_store_is_migrated_on_open(tmp_path):
+    """Schema 1 indexed new items' text with a trigger and kept a second copy of the hnsw vectors
+    (exact.npz): opened now, the trigger goes (or every new item would be indexed twice), the
+    schema says 2, and its index still loads from that copy."""
+    m = EpisodicMemory(tmp_path, embedder=HASH, index="hnsw")
+    ids = m.add_many(FACTS[:4])
+    m.flush()
+    vectors = m.index.get(np.array(ids))
+    m.index._vectors.save(m._log.folder(m._gen))  # the second copy a schema-1 snapshot wrote
+    m.close()
+    con = sqlite3.connect(tmp_path / "memory.sqlite")
+    con.executescript(
+        "UPDATE meta SET value = '1' WHERE key = 'schema_version';"
+        "CREATE TRIGGER items_fts_insert AFTER INSERT ON items BEGIN "
+        "INSERT INTO items_fts (rowid, text) VALUES (new.id, new.text); END;"
+    )
+    con.close()
+    m = EpisodicMemory(tmp_path)
+    assert (m.index.get(np.array(ids)) == vectors).all()  # read from exact.npz, bit for bit
+    new = m.add("a review of the quarterly budget")
+    assert [it.id for it in m.search("quarterly", k=3, text_weight=1.0) if "quarterly" in it.text] == [new]
+    m.close()
+    con = sqlite3.connect(tmp_path / "memory.sqlite")
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert con.execute("SELECT name FROM sqlite_master WHERE name = 'items_fts_insert'").fetchall() == []
+    con.execute("INSERT INTO items_fts (items_fts) VALUES ('integrity-check')")  # raises if FTS != rows
+    assert con.execute("SELECT count(*) FROM items_fts WHERE items_fts MATCH 'quarterly'").fetchone() == (1,)
+    con.close()

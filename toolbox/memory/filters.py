@@ -247,6 +247,10 @@ def is_empty(spec: Mapping[str, Any] | None) -> bool:
     return not spec
 
 
+# json.dumps with options builds an encoder per call (a third of its time for small metadata)
+_METADATA_JSON = json.JSONEncoder(allow_nan=False, sort_keys=True, ensure_ascii=False)
+
+
 def dumps_metadata(metadata: Mapping[str, Any] | None) -> str:
     """Metadata as JSON text; a value JSON cannot hold (NaN, a set, an object) is an error."""
     metadata = dict(metadata or {})
@@ -254,7 +258,7 @@ def dumps_metadata(metadata: Mapping[str, Any] | None) -> str:
     if bad:
         raise ConfigError(f"metadata keys must be strings, got {bad[0]!r}.")
     try:
-        return json.dumps(metadata, allow_nan=False, sort_keys=True, ensure_ascii=False)
+        return _METADATA_JSON.encode(metadata)
     except (TypeError, ValueError) as e:
         raise ConfigError(
             f"metadata must be JSON (strings, numbers, booleans, null, lists, dicts): {e}."

@@ -24,7 +24,10 @@ from typing import Any
 from toolbox.core.errors import ToolboxError
 from toolbox.memory.filters import json_path
 
-SCHEMA_VERSION = 1
+# 2: new items enter the FTS5 index from ``insert`` (one executemany) instead of a per-row
+# trigger, which cost 3.3x the whole insert (1.35 s against 0.41 s for 100k items, measured);
+# ``migrate`` takes a version-1 store there when it is opened
+SCHEMA_VERSION = 2
 ITEM_COLUMNS = "id, text, metadata, timestamp, importance, created_at, updated_at, accessed_at"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,9 +58,6 @@ CREATE TABLE IF NOT EXISTS pending (
 );
 CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY);
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(text, content='items', content_rowid='id');
-CREATE TRIGGER IF NOT EXISTS items_fts_insert AFTER INSERT ON items BEGIN
-    INSERT INTO items_fts (rowid, text) VALUES (new.id, new.text);
-END;
 CREATE TRIGGER IF NOT EXISTS items_fts_delete AFTER DELETE ON items BEGIN
     INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', old.id, old.text);
 END;
@@ -191,6 +191,10 @@ class RowStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.db: sqlite3.Connection | None = sqlite3.connect(path / "memory.sqlite", isolation_level=None)
+        # a new store's page size (an existing one keeps its own): the pending log's vectors (1.5 KiB
+        # at 384 dimensions) filled a 4 KiB page every two items; with 16 KiB pages a 100k-item
+        # fill spent 2.9-3.1 s beyond hnswlib's adds instead of 3.6-4.1 s (A/B, load ~2)
+        self.db.execute("PRAGMA page_size=16384")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
         self.db.execute("PRAGMA cache_size=-65536")  # up to 64 MiB of pages (default 2 MiB): search hits
@@ -205,6 +209,14 @@ class RowStore:
         self.db.executescript(SCHEMA)  # idempotent
         with self.transaction() as db:
             db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", list(meta.items()))
+
+    def migrate(self, version: int) -> None:
+        """Bring a store of schema ``version`` (older than this toolbox's) to ``SCHEMA_VERSION``."""
+        assert self.db is not None
+        with self.transaction() as db:
+            if version < 2:  # version 1 indexed new items' text with a trigger
+                db.execute("DROP TRIGGER IF EXISTS items_fts_insert")
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def meta(self, key: str) -> str:
         assert self.db is not None
@@ -343,6 +355,7 @@ class RowStore:
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
+        db.executemany("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", [r[:2] for r in rows])
 
     @staticmethod
     def record(db: sqlite3.Connection, history: list[tuple[Any, ...]]) -> None:

@@ -68,7 +68,7 @@ class EpisodicMemory:
         eviction: "oldest" (smallest timestamp), "lru" (least recently returned by get/search)
             or "importance" (lowest importance, then oldest).
         cache: keep an embedding cache in ``path/embeddings.sqlite``.
-        flush_every: write the index snapshot after this many changes (or a tenth of the store,
+        flush_every: write the index snapshot after this many changes (or a quarter of the store,
             if larger); the pending log covers the changes in between.
         index_fields: metadata keys to give an SQLite expression index, so filters on them do not
             scan every row (worth it for fields filtered on often in a large store).
@@ -118,6 +118,8 @@ class EpisodicMemory:
             index_spec = resolve_index_spec(index, meta)
             if meta is None:
                 self._create(index_spec)
+            elif int(meta["schema_version"]) < SCHEMA_VERSION:
+                self._rows.migrate(int(meta["schema_version"]))
             for name in index_fields:
                 self._rows.index_field(name)
             if cache:
@@ -411,7 +413,11 @@ class EpisodicMemory:
 
     # persistence ----------------------------------------------------------------------------------
     def _maybe_flush(self) -> None:
-        if self._log.unsaved >= max(self.flush_every, self._count // 10):
+        # a quarter, not a tenth: each snapshot rewrites the whole index, so growing a store by
+        # snapshots every tenth wrote each vector ~11 times (~30 us an add at 100k, a quarter of
+        # hnswlib's own add); every quarter ~5 times, and a reopen after a crash replays at most
+        # a quarter of the store
+        if self._log.unsaved >= max(self.flush_every, self._count // 4):
             self.flush()
 
     def flush(self) -> None:

@@ -57,7 +57,14 @@ class ExactIndex(VectorIndex):
         if len(ids) != len(vectors):
             raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
         self._reserve(self._n + len(ids))
-        for i, v in zip(ids.tolist(), vectors, strict=True):
+        new = ids.tolist()
+        if len(set(new)) == len(new) and self._pos.keys().isdisjoint(new):  # all new: one block copy
+            start, self._n = self._n, self._n + len(new)
+            self._vectors[start : self._n] = vectors
+            self._ids[start : self._n] = ids
+            self._pos.update(zip(new, range(start, self._n), strict=True))
+            return
+        for i, v in zip(new, vectors, strict=True):
             pos = self._pos.get(i)
             if pos is None:
                 pos = self._n

@@ -23,7 +23,11 @@ the test asserts >= 0.95 at ef=64.
 The index keeps its own float32 copy of the vectors (an ``ExactIndex``) beside the graph:
 hnswlib's ``get_items`` copies through Python lists (~0.15 ms per vector here), too slow for the
 exact searches below, and the copy makes ``get`` and index conversion cheap. It doubles the vector
-memory (1.5 GiB more at 1M × 384).
+memory (1.5 GiB more at 1M × 384), but not the snapshot: ``hnsw.bin`` holds every vector already
+(hnswlib's level-0 block: links, vector, label per element), so ``load`` reads the copy from there
+(``saved_vectors``) instead of from a second file. Writing that second file (``exact.npz``) was the
+largest part of filling a store: 2.4 of the 7 s a 100k-item fill spent beyond hnswlib's own adds.
+Stores of schema 1 still have it and are read from it.
 
 Restricted searches (``allowed``): up to ``exact_below`` allowed ids are scored exactly (a gather
 and a matmul, so a narrow filter never misses an item); beyond that, hnswlib walks the graph with
@@ -187,7 +191,6 @@ class HnswIndex(VectorIndex):
     def save(self, folder: Path) -> None:
         folder = Path(folder)
         self._index.save_index(str(folder / "hnsw.bin"))
-        self._vectors.save(folder)
         pairs = np.array([[self._next_label, -1], *self._label.items()], dtype=np.int64)
         with open(folder / "labels.npy", "wb") as f:  # row 0: the next label; then (id, label)
             np.save(f, pairs)
@@ -203,10 +206,42 @@ class HnswIndex(VectorIndex):
         folder = Path(folder)
         index = cls(dim, **settings)
         index._index.load_index(str(folder / "hnsw.bin"), max_elements=0, allow_replace_deleted=True)
-        index._vectors = ExactIndex.load(folder, dim)
         pairs = np.load(folder / "labels.npy")
+        if (folder / "exact.npz").exists():  # a snapshot of store schema 1
+            index._vectors = ExactIndex.load(folder, dim)
+        else:
+            index._vectors = ExactIndex.from_arrays(
+                pairs[1:, 0], saved_vectors(folder / "hnsw.bin", dim, pairs[1:, 1])
+            )
         index._next_label = int(pairs[0, 0])
         index._label = dict(zip(pairs[1:, 0].tolist(), pairs[1:, 1].tolist(), strict=True))
         index._id = np.full(max(index._next_label, 1024), -1, dtype=np.int64)
         index._id[pairs[1:, 1]] = pairs[1:, 0]
         return index
+
+
+# hnswlib's saveIndex header (0.8.0): offsetLevel0_, max_elements_, cur_element_count,
+# size_data_per_element_, label_offset_, offsetData_ (size_t each), maxlevel_ (int),
+# enterpoint_node_ (uint32), maxM_, maxM0_, M_ (size_t), mult_ (double), ef_construction_ (size_t);
+# then cur_element_count elements of size_data_per_element_ bytes: links, vector, label
+_HEADER = 96
+
+
+def saved_vectors(path: Path, dim: int, labels: np.ndarray) -> np.ndarray:
+    """The vectors stored under ``labels`` in a file hnswlib's ``save_index`` wrote (float32, one
+    row per label, as hnswlib holds them: normalised in the cosine space)."""
+    head = np.fromfile(path, dtype="<u8", count=6)
+    offset0, _, count, size, label_at, data_at = (int(x) for x in head)
+    if offset0 != 0 or label_at - data_at != 4 * dim or size < label_at + 8:
+        raise ValueError(
+            f"{path}: not an hnswlib index of dimension {dim} in the layout this toolbox reads "
+            f"(label offset {label_at}, data offset {data_at}, element size {size})."
+        )
+    block = np.memmap(path, dtype=np.uint8, mode="r", offset=_HEADER, shape=(count, size))
+    stored = np.ascontiguousarray(block[:, label_at : label_at + 8]).view("<u8").ravel().astype(np.int64)
+    order = np.argsort(stored, kind="stable")
+    labels = np.asarray(labels, dtype=np.int64)
+    at = order[np.searchsorted(stored, labels, sorter=order).clip(0, max(count - 1, 0))] if count else order
+    if len(labels) and (count == 0 or not np.array_equal(stored[at], labels)):
+        raise ValueError(f"{path}: some labels of labels.npy are not in the saved index.")
+    return np.ascontiguousarray(block[at, data_at:label_at]).view(np.float32).reshape(len(labels), dim)
