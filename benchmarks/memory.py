@@ -259,7 +259,7 @@ def open_store(folder: Path, args, spec: dict | None):
         index=spec,
         cache=False,
         index_fields=["topic"],
-        flush_every=args.flush_every,
+        **({} if args.flush_every is None else {"flush_every": args.flush_every}),
     )
 
 
@@ -596,7 +596,10 @@ def main() -> None:
     sc.add_argument("--M", type=int, default=16, help="hnsw graph degree")
     sc.add_argument("--ef-construction", type=int, default=100, help="hnsw build candidate list")
     sc.add_argument(
-        "--flush-every", type=int, default=10_000, help="the store's flush_every (snapshot interval)"
+        "--flush-every",
+        type=int,
+        default=None,
+        help="the store's flush_every (snapshot interval; default: the store's)",
     )
     sc.add_argument("--tmp", default=None, help="folder for the temporary stores (default: the system's)")
     sc.add_argument(

@@ -89,7 +89,7 @@ class EpisodicMemory:
         max_items: int | None = None,
         eviction: str = "oldest",
         cache: bool = True,
-        flush_every: int = 10_000,
+        flush_every: int = 25_000,
         index_fields: Sequence[str] = (),
         row_cache: int | str = "all",
     ) -> None:
@@ -413,10 +413,10 @@ class EpisodicMemory:
 
     # persistence ----------------------------------------------------------------------------------
     def _maybe_flush(self) -> None:
-        # a quarter, not a tenth: each snapshot rewrites the whole index, so growing a store by
-        # snapshots every tenth wrote each vector ~11 times (~30 us an add at 100k, a quarter of
-        # hnswlib's own add); every quarter ~5 times, and a reopen after a crash replays at most
-        # a quarter of the store
+        # each snapshot rewrites the whole index: growing a store to 100k by snapshots every 10,000
+        # changes or a tenth of the store wrote 550k vectors (each ~5.5 times; ~3 us a vector); every
+        # 25,000 or a quarter, 250k. A reopen after a crash replays at most that many changes
+        # (~25,000 hnswlib adds, ~3 s at 100k, or a quarter of the store)
         if self._log.unsaved >= max(self.flush_every, self._count // 4):
             self.flush()
 
