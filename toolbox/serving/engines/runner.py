@@ -268,8 +268,9 @@ class SlotRunner:
         qk = qk.transpose(1, 2)
         if rope is not None:
             cos, sin = rope[self.layout.rope_kinds[i]]
-            swapped = qk.reshape(b, nh + nkv, t, 2, d // 2).flip(-2).reshape(b, nh + nkv, t, d)
-            qk = qk * cos + swapped * sin
+            # swap_halves as one op (a roll by half the head: the same values as reshape-flip-reshape,
+            # 5 us against 16 at the decode batch of the benchmark model)
+            qk = qk * cos + qk.roll(d // 2, -1) * sin
         o = attend(i, qk[:, :nh], qk[:, nh:], v)
         o = linear(o.transpose(1, 2).reshape(b, t, nh * d), w.w_o, w.b_o)
         if w.attn_out_norm is not None:
