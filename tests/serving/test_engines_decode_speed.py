@@ -79,11 +79,19 @@ def test_compiled_decode_attention_gives_sdpas_greedy_tokens(engine_for, tokeniz
     assert len({tuple(t) for t in a}) > 5  # varied outputs, not one degenerate string
 
 
-def test_the_attention_setting(engine_for, model, tokenizer):
+def test_the_attention_setting(engine_for, model, tokenizer, caplog):
     assert engine_for(model, tokenizer).runner._fused_decode is None  # 64 wide: SDPA
     assert engine_for(model, tokenizer, attention="compiled").runner._fused_decode is not None
     with pytest.raises(ConfigError, match="engine.attention: expected .*'auto', 'compiled', 'sdpa'.*'flash'"):
         engine_for(model, tokenizer, attention="flash")
+    # where torch.compile cannot run, "auto" keeps SDPA with a warning and "compiled" refuses
+    with torch._dynamo.config.patch(disable=True):
+        with pytest.raises(ConfigError, match="attention=compiled: torch.compile does not run here"):
+            engine_for(model, tokenizer, attention="compiled")
+        with caplog.at_level("WARNING"):
+            wide = engine_for(make_bench_model(tokenizer), tokenizer)
+    assert wide.runner._fused_decode is None
+    assert "decode attention stays on SDPA" in caplog.text and "TORCH_COMPILE_DISABLE" in caplog.text
     from toolbox.serving.engines.runner import SlotRunner
 
     with pytest.raises(ConfigError, match="engine.attention='flash': use auto, compiled or sdpa"):

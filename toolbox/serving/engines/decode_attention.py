@@ -75,6 +75,8 @@ def warm_up(
     """Compile the kernel for this head layout now (tensors laid out as the runner's: a query sliced
     from q/k together, keys a view into a longer cache) and check it against the plain math.
     None when it runs; else why not (the runner then keeps SDPA)."""
+    if torch._dynamo.config.disable:  # TORCH_COMPILE_DISABLE=1: "compiled" would be the plain math
+        return "torch.compile is disabled here (TORCH_COMPILE_DISABLE=1)"
     b, length, capacity = MIN_BATCH, 5, 8
     gen = torch.Generator(device="cpu").manual_seed(0)
     # inference tensors, as the runner's (cache included): the compiled code guards on the kind
