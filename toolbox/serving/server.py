@@ -20,6 +20,7 @@ Build the app around an engine with ``build_app(engine, model_name)``; ``serve(.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import logging
 import time
@@ -348,6 +349,13 @@ def serve(
         access_log=False,
     )
     server = uvicorn.Server(config)
+    # What exists now (model, engine, torch.compile's caches) lives as long as the server: collect
+    # once and move it out of the collector's sight, as vLLM does after start-up. Otherwise a full
+    # collection walks it all, holding the GIL: after the compiled decode attention's warm-up (394k
+    # objects) one took 264 ms (49-82 ms before it) and struck the first burst of requests here
+    # (mean TTFT 414-571 ms against 140-160 ms for the next bursts).
+    gc.collect()
+    gc.freeze()
     # uvicorn re-raises the SIGTERM/SIGINT it handled once it has shut down gracefully; catch that
     # re-raise so that a drained shutdown exits with status 0
     import signal

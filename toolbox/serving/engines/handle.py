@@ -2,7 +2,10 @@
 
 Wait for its output (``result()`` from any thread, ``await wait()`` in asyncio code), stream its
 deltas (``async for delta in handle``), or ``cancel()`` it. The scheduler thread feeds it through
-``_emit`` / ``_finish``, which hand everything to the caller's event loop thread-safely.
+``_emit`` / ``_finish``, which hand everything to the caller's event loop thread-safely: through
+the scheduler's ``Outbox``, which collects a step's deliveries and sends each event loop one
+batch per step (one ``call_soon_threadsafe``, a socket write, instead of one per token: 40
+streams cost ~0.3-0.6 ms of the engine thread per step otherwise).
 """
 
 from __future__ import annotations
@@ -15,6 +18,36 @@ from typing import Any
 from toolbox.serving.engine import RequestOutput, StreamDelta
 
 _END = object()
+
+
+class Outbox:
+    """Calls for event loops that the engine thread collects during a step and ``flush``es after it:
+    each loop gets one ``call_soon_threadsafe`` running them in order (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., Any], tuple]]] = {}
+
+    def put(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            self._calls.setdefault(loop, []).append((fn, args))
+
+    def flush(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, {}
+        for loop, batch in calls.items():
+            try:
+                loop.call_soon_threadsafe(_run_batch, loop, batch)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                pass
+
+
+def _run_batch(loop: asyncio.AbstractEventLoop, batch: list[tuple[Callable[..., Any], tuple]]) -> None:
+    for fn, args in batch:
+        try:
+            fn(*args)
+        except Exception as e:  # as the loop treats a failing callback: report it, run the others
+            loop.call_exception_handler({"message": f"exception in {fn!r}", "exception": e})
 
 
 class RequestHandle:
@@ -30,8 +63,10 @@ class RequestHandle:
         prompt_token_ids: list[int],
         cancel: Callable[[str], None],
         stream: bool,
+        outbox: Outbox | None = None,
     ) -> None:
         self.request_id = request_id
+        self._outbox = outbox  # None: each call goes to the loop at once
         self.prompt_token_ids = prompt_token_ids
         self.stream = stream
         self._cancel = cancel
@@ -93,6 +128,9 @@ class RequestHandle:
     # engine side -----------------------------------------------------------------------------------
     def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._loop is None:
+            return
+        if self._outbox is not None:
+            self._outbox.put(self._loop, fn, *args)
             return
         try:
             self._loop.call_soon_threadsafe(fn, *args)

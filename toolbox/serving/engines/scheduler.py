@@ -49,7 +49,7 @@ from toolbox.serving.engine import (
 )
 from toolbox.serving.engines.chunked_prefill import PartialPrefill, is_long
 from toolbox.serving.engines.detokenize import IncrementalText, text_decoder
-from toolbox.serving.engines.handle import RequestHandle  # noqa: F401 - re-exported
+from toolbox.serving.engines.handle import Outbox, RequestHandle
 from toolbox.serving.engines.runner import SlotRunner
 from toolbox.serving.sampling import (
     SamplingTensors,
@@ -159,6 +159,7 @@ class ContinuousBatcher:
         self._ids = itertools.count()
         self._tensors: SamplingTensors | None = None  # of the running batch; None when it changed
         self._text_decoder = text_decoder(tokenizer)  # the tokenizer's decode, without its Python overhead
+        self._outbox = Outbox()  # the handles' deliveries to event loops, sent once per step
 
     # submission (any thread) -------------------------------------------------------------------------
     def submit(
@@ -172,7 +173,7 @@ class ContinuousBatcher:
     ) -> RequestHandle:
         """Queue a request; ``matcher``: an llguidance matcher its completions must follow."""
         request_id = request_id or f"req-{next(self._ids)}"
-        handle = RequestHandle(request_id, prompt, self.abort, stream)
+        handle = RequestHandle(request_id, prompt, self.abort, stream, self._outbox)
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.eos_ids
@@ -250,6 +251,7 @@ class ContinuousBatcher:
             self._running = []
             self._partial = self._next = None
             self._idle.set()
+        self._outbox.flush()
 
     # the loop (engine thread) ------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -274,12 +276,15 @@ class ContinuousBatcher:
                                 if admitted:
                                     self._prefill(admitted)
                             self._retire()
+                            self._outbox.flush()  # first tokens go out before the decode step
                         if self._running:
                             self._decode()
                             self._retire()
                 except Exception as e:  # the model failed: fail what is in flight, keep serving
                     log.exception("torch engine step failed")
                     self._fail_in_flight(EngineError(f"generation failed: {type(e).__name__}: {e}"))
+                finally:
+                    self._outbox.flush()
                 with self._cv:
                     if not self._requests:  # everything finished and retired
                         self._idle.set()
