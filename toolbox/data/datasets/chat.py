@@ -63,7 +63,7 @@ class Chat(TokenizedFactory):
         self.start()
         examples = []
         for i, record in enumerate(records):
-            ids, mask, prompt_length = self.tokenize(self.messages(record, i), i, _tools(record))
+            ids, mask, prompt_length = self.tokenize(self.messages(record, i), i, record_tools(record))
             if len(ids) > self.max_length:
                 self.num_skipped += 1
                 continue
@@ -129,7 +129,7 @@ class Chat(TokenizedFactory):
         return messages
 
 
-def _tools(record: Record) -> Any:
+def record_tools(record: Record) -> Any:
     """The record's ``tools`` (TRL's column: a list of function schemas, or that list as JSON)."""
     import json
 
