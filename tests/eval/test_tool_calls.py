@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from toolbox.core.errors import ConfigError
 from toolbox.core.registries import EVALUATORS, TOKENIZERS
 from toolbox.data.sources.arithmetic_tools import arithmetic_tools, final_answer, run_call
 
@@ -129,7 +130,7 @@ def test_a_conversation_past_the_context_ends_unanswered(records, tokenizer):
 
 def test_records_without_answers_are_refused(tokenizer):
     evaluator = EVALUATORS.build(SETTINGS, "eval.tool_calls")
-    with pytest.raises(Exception, match="'answer'.*they have: prompt, completion"):
+    with pytest.raises(ConfigError, match="'answer'.*they have: prompt, completion"):
         evaluator(parts([{"prompt": "1+1", "completion": "2"}], tokenizer, None))
 
 

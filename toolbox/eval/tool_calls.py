@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 @EVALUATORS.register("tool_calls")
 class ToolCalls:
-    """Greedy tool-calling runs on the held-out records (see the module docstring).
+    """The tool-calling agent on the held-out records, in-process and greedy: ``eval/tool_call_success``,
+    ``eval/answer_accuracy``, ``eval/answer_after_call`` (see the module docstring).
 
     Args:
         max_examples: run the first this many held-out records (None: all).
