@@ -208,19 +208,20 @@ def _turns(
     """The model calls of one run (see ``solve``); appends to ``messages`` and ``steps``."""
     import openai
 
-    from toolbox.data.sources.arithmetic_tools import TOOLS, final_answer, run_call
+    from toolbox.data.sources.arithmetic_tools import TOOLS, call_expression, final_answer, run_call
 
     def answer_of(result: str) -> bool:
         return result == problem["answer"]
 
     def execute(call) -> str:
-        expression, result = run_call(call.function.name, call.function.arguments)
+        expression = call_expression(call.function.arguments)
         context = (
             tracer.span("tool_call", call.function.name, inputs={"expression": expression}, metadata={"tool_call_id": call.id})
             if tracer is not None
             else nullcontext()
         )  # fmt: skip
         with context as t:
+            result = run_call(call.function.name, call.function.arguments)[1]
             if t is not None:
                 t.outputs = result
         steps.append(f"{call.function.name}({expression}) -> {result}")

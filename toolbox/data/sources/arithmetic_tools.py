@@ -67,15 +67,21 @@ def calculate(expression: str) -> str:
     return f"error: cannot evaluate {expression!r}; write two integers with + - or *"
 
 
-def run_call(name: str, arguments: str) -> tuple[str, str]:
-    """A model's tool call executed: the expression it asked for (``""`` when its JSON ``arguments``
-    hold none) and the reply (the calculator's, or an error text for another tool). A call is right
-    when the reply equals the problem's ``answer``; the agent of examples/agent_tools and the
-    ``tool_calls`` evaluator both score calls with it."""
+def call_expression(arguments: str) -> str:
+    """The expression a calculator call asks for: its JSON ``arguments``' ``expression`` (``""``
+    when they hold none)."""
     try:
-        expression = str(json.loads(arguments).get("expression", ""))
+        return str(json.loads(arguments).get("expression", ""))
     except (ValueError, TypeError, AttributeError):
-        expression = ""
+        return ""
+
+
+def run_call(name: str, arguments: str) -> tuple[str, str]:
+    """A model's tool call executed: the expression it asked for (``call_expression``) and the reply
+    (the calculator's, or an error text for another tool). A call is right when the reply equals
+    the problem's ``answer``; the agent of examples/agent_tools and the ``tool_calls`` evaluator
+    both score calls with it."""
+    expression = call_expression(arguments)
     return expression, calculate(expression) if name == "calculator" else "error: unknown tool"
 
 
