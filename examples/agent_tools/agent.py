@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import socket
 import sqlite3
@@ -47,7 +46,6 @@ from contextlib import nullcontext
 from pathlib import Path
 
 KEY = "sk-agent-tools-local-0123456789"
-NUMBER = re.compile(r"-?\d+")
 
 
 def free_port() -> int:
@@ -210,23 +208,20 @@ def _turns(
     """The model calls of one run (see ``solve``); appends to ``messages`` and ``steps``."""
     import openai
 
-    from toolbox.data.sources.arithmetic_tools import TOOLS, calculate
+    from toolbox.data.sources.arithmetic_tools import TOOLS, call_expression, final_answer, run_call
 
     def answer_of(result: str) -> bool:
         return result == problem["answer"]
 
     def execute(call) -> str:
-        try:
-            expression = str(json.loads(call.function.arguments).get("expression", ""))
-        except (ValueError, AttributeError):
-            expression = ""
+        expression = call_expression(call.function.arguments)
         context = (
             tracer.span("tool_call", call.function.name, inputs={"expression": expression}, metadata={"tool_call_id": call.id})
             if tracer is not None
             else nullcontext()
         )  # fmt: skip
         with context as t:
-            result = calculate(expression) if call.function.name == "calculator" else "error: unknown tool"
+            result = run_call(call.function.name, call.function.arguments)[1]
             if t is not None:
                 t.outputs = result
         steps.append(f"{call.function.name}({expression}) -> {result}")
@@ -255,7 +250,7 @@ def _turns(
                 calls = message.tool_calls or []
                 if not calls:
                     final = message.content or ""
-                    ok = _last_number(final) == problem["answer"]
+                    ok = final_answer(final) == problem["answer"]
                 else:
                     messages.append({"role": "assistant", "content": message.content or "",
                                      "tool_calls": [c.model_dump(exclude_none=True) for c in calls]})  # fmt: skip
@@ -268,12 +263,7 @@ def _turns(
             tracer.score(step.id, "step_ok", ok, source="reward")
         if not calls:
             break
-    return {"correct": _last_number(final) == problem["answer"], "tool_call_ok": tool_ok, "final": final}
-
-
-def _last_number(text: str) -> str | None:
-    numbers = NUMBER.findall(text)
-    return numbers[-1] if numbers else None
+    return {"correct": final_answer(final) == problem["answer"], "tool_call_ok": tool_ok, "final": final}
 
 
 def run_all(

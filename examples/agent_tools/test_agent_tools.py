@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
-from toolbox.data.sources.arithmetic_tools import arithmetic_tools, calculate
+from toolbox.data.sources.arithmetic_tools import arithmetic_tools, calculate, final_answer, run_call
 from toolbox.tracing import MemoryStore, Tracer
 
 HERE = Path(__file__).parent
@@ -27,6 +27,17 @@ spec.loader.exec_module(seeds)
 def test_calculator_and_disjoint_splits():
     assert [calculate(e) for e in ("412+75", "9-12", "-3*4", "7 * 8")] == ["487", "-3", "-12", "56"]
     assert calculate("2**8").startswith("error")
+    # a model's call executed and its final answer read, as the agent and the tool_calls evaluator do
+    assert run_call("calculator", '{"expression":"12+30"}') == ("12+30", "42")
+    assert run_call("calculator", "{not json")[0] == "" and run_call("calculator", "[1]")[1].startswith(
+        "error"
+    )
+    assert run_call("search", '{"expression":"1+1"}') == ("1+1", "error: unknown tool")
+    assert (final_answer("The answer is -3."), final_answer("12 and then 47"), final_answer("none")) == (
+        "-3",
+        "47",
+        None,
+    )
     s = arithmetic_tools(num_train=300, num_test=50)
     assert not {r["question"] for r in s.train} & {r["question"] for r in s.test}
     r = s.train[0]

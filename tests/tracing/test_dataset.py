@@ -134,6 +134,23 @@ def test_step_rows_keep_a_right_call_before_a_wrong_answer_only_with_final_calls
         (conversation(i)[: 5 if i % 2 == 0 else 3] for i in range(6)), key=lambda c: c[1]["content"]
     )
     assert got == want  # odd runs: question and the right call, as recorded; even runs: whole
+    # complete_calls: the odd runs' call rows get the reply their trace recorded (the filtered-out
+    # second call's inputs hold it) and the template's answer; this fixture's answers have the
+    # template's form, so every row is then the whole conversation
+    card = to_dataset(
+        store, tmp_path / "done", filters=rule, complete_calls="He has RESULT.", test_fraction=0.0
+    )
+    assert card["removed"] == {
+        "score:step_ok==True": 3,
+        "continued_in_later_call": 3,
+        "unmatched_tool_call": 1,
+    }
+    assert card["settings"]["complete_calls"] == "He has RESULT."
+    rows = sorted(load_from_disk(str(tmp_path / "done"))["train"], key=lambda r: r["messages"][1]["content"])
+    got = [[_strip(m) for m in r["messages"]] for r in rows]
+    assert got == sorted((conversation(i)[:5] for i in range(6)), key=lambda c: c[1]["content"])
+    with pytest.raises(TraceError, match="RESULT"):
+        to_dataset(store, tmp_path / "bad", filters=rule, complete_calls="The answer is {result}.")
 
 
 def _group_store(n_prompts=4, n=4) -> MemoryStore:

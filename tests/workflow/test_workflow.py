@@ -342,6 +342,19 @@ def test_a_change_reaches_only_the_slices_that_read_it(change, stages_changed: s
     assert _changed(change) == stages_changed
 
 
+def test_a_run_that_stops_on_eval_metrics_trains_with_its_own_evaluators() -> None:
+    """early_stopping reads the evaluators' metrics during training (agent_tools stops on
+    eval/tool_call_success, which only its own tool_calls evaluator gives): its train slice keeps
+    the run's eval section, so an eval change retrains it; without the callback it does not."""
+    stopping = json.loads(json.dumps(FULL))
+    stopping["callbacks"] = {"early_stopping": {"name": "early_stopping", "monitor": "eval/exact_match"}}
+    assert _slices(stopping)["train"]["eval"] == FULL["eval"] != DEFAULTS["eval"]
+    assert _slices(FULL)["train"]["eval"] == DEFAULTS["eval"]
+    changed = json.loads(json.dumps(stopping))
+    changed["eval"]["exact_match"]["max_examples"] = 8
+    assert {k for k, v in _slices(changed).items() if v != _slices(stopping)[k]} == {"train", "eval"}
+
+
 def test_slices_are_full_configs_normalised_to_the_defaults() -> None:
     s = _slices(FULL)
     assert list(s["train"]) == list(FULL)  # every section, in the composed order

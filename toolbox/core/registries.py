@@ -61,6 +61,7 @@ EVALUATORS = Registry(
         "toolbox.eval.decision",
         "toolbox.eval.graph",
         "toolbox.eval.episodes",
+        "toolbox.eval.tool_calls",
     ),
 )
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))

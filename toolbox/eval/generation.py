@@ -12,11 +12,19 @@ def greedy_generate(
     model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, batch_size: int, device: Any
 ) -> list[str]:
     """Decode ``max_new_tokens`` greedily after each prompt; stop at eos; return the new text."""
+    ids = [[tokenizer.bos_token_id, *tokenizer.encode(p, add_special_tokens=False)] for p in prompts]
+    return greedy_generate_ids(model, tokenizer, ids, max_new_tokens, batch_size, device)
+
+
+@torch.no_grad()
+def greedy_generate_ids(
+    model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int, batch_size: int, device: Any
+) -> list[str]:
+    """``greedy_generate`` from prompts already tokenized (a chat template's ids, specials included)."""
     tokenizer.padding_side = "left"
     outputs: list[str] = []
     for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        ids = [[tokenizer.bos_token_id, *tokenizer.encode(p, add_special_tokens=False)] for p in chunk]
+        ids = prompts[start : start + batch_size]
         width = max(len(x) for x in ids)
         input_ids = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
         attention = torch.zeros((len(ids), width), dtype=torch.long)

@@ -21,6 +21,11 @@ class CausalLMLoss(SupervisedObjective):
         completion_only: score only the tokens the batch's ``completion_mask`` marks (the answer,
             not the prompt); when false every non-padding token is scored.
         label_smoothing: mass moved uniformly over the vocabulary (0 = plain cross entropy).
+
+    A batch with ``loss_weights`` (per token, float; the chat dataset's ``last_turn_weight``)
+    multiplies each scored token's cross entropy by its weight; the sum is still divided by the
+    number of scored tokens (``num_items``, which token accuracy shares), so a weight w on every
+    token multiplies the loss by w, and weights of 1.0 give the unweighted loss.
     """
 
     accuracy_name = "token_accuracy"
@@ -53,9 +58,17 @@ class CausalLMLoss(SupervisedObjective):
         else:
             logits = model(**inputs).logits[:, :-1][scored]
         targets = labels[scored]
-        loss_sum = F.cross_entropy(
-            logits.float(), targets, reduction="sum", label_smoothing=self.label_smoothing
-        )
+        weights = batch.get("loss_weights")
+        weights = None if weights is None else weights[:, 1:][scored].float()
+        if weights is None or bool((weights == 1.0).all()):  # unweighted: the plain sum, bit for bit
+            loss_sum = F.cross_entropy(
+                logits.float(), targets, reduction="sum", label_smoothing=self.label_smoothing
+            )
+        else:
+            per_token = F.cross_entropy(
+                logits.float(), targets, reduction="none", label_smoothing=self.label_smoothing
+            )
+            loss_sum = (per_token * weights).sum()
         n = int(targets.numel())
         with torch.no_grad():
             acc = (logits.argmax(-1) == targets).float().sum().item()

@@ -253,6 +253,7 @@ def cmd_to_dataset(args: argparse.Namespace) -> int:
         exact_dup=not args.no_exact_dup,
         near_dup=args.near_dup,
         final_calls=args.final_calls,
+        complete_calls=args.complete_calls,
         test_fraction=args.test_fraction,
         seed=args.seed,
         progress=args.progress or (not args.no_progress and sys.stderr.isatty()),
@@ -313,6 +314,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--near-dup", type=float, help="drop rows with MinHash Jaccard >= this to a kept row")
     p.add_argument("--final-calls", action="store_true",
                    help="sft: keep a row that ends in the model's own tool call (a step whose later calls were filtered out)")  # fmt: skip
+    p.add_argument("--complete-calls", metavar="TEMPLATE",
+                   help="sft: a row ending in one tool call whose reply the trace holds gets the reply and a final "
+                        "assistant turn, TEMPLATE with RESULT replaced by the reply ('The answer is RESULT.'); "
+                        "implies --final-calls")  # fmt: skip
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of sessions in the test split")
     p.add_argument("--seed", type=int, default=0, help="seeds the session split")
     p.add_argument("--progress", action="store_true", help="a progress bar even when stderr is no terminal")

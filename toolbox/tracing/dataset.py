@@ -13,7 +13,9 @@ Formats (each row from the model calls, ``llm_call`` records, of one trace):
   to no call, is dropped (rule ``unmatched_tool_call``): rows are lossless. With
   ``final_calls=True`` a row may end in the model call's own tool calls (their replies came in a
   later call that the filters removed): a step's row, e.g. an agent's right call before a wrong
-  answer when each model call is filtered by its own reward.
+  answer when each model call is filtered by its own reward. ``complete_calls`` (a template holding
+  ``RESULT``) completes such a row whose reply the trace recorded: the tool's reply, then the
+  template with the reply in place of ``RESULT`` as the final assistant turn (``toolbox.tracing.rows``).
 - ``preference``: ``{"prompt", "chosen", "rejected"}`` from sibling generations (model calls with
   the same parent and the same inputs, as a GRPO group), the best and the worst by ``score``;
   groups whose best does not beat the worst by more than ``margin`` give none.
@@ -131,6 +133,7 @@ def to_dataset(
     exact_dup: bool = True,
     near_dup: float | None = None,
     final_calls: bool = False,
+    complete_calls: str | None = None,
     test_fraction: float = 0.1,
     seed: int = 0,
     progress: bool = False,
@@ -175,7 +178,18 @@ def to_dataset(
             "seed": seed,
         },
     )
-    maker = RowMaker(format, score, margin, label_threshold, text, card.drop, final_calls=final_calls)
+    if complete_calls is not None:  # only when set: cards of other conversions keep their keys
+        card.settings["complete_calls"] = complete_calls
+    maker = RowMaker(
+        format,
+        score,
+        margin,
+        label_threshold,
+        text,
+        card.drop,
+        final_calls=final_calls,
+        complete_calls=complete_calls,
+    )
     deduper = Deduper(exact=exact_dup, near=near_dup)
     redactor = redact if isinstance(redact, Redactor) else None
     if redactor is not None:

@@ -5,6 +5,12 @@ this over a store; its docstring describes each format).
 session) and ``row`` is a plain dict of JSON values. A call that gives no row is counted through
 ``drop(rule)``: ``continued_in_later_call``, ``unmatched_tool_call``, ``no_assistant_turn``
 (sft), ``unscored``, ``no_sibling``, ``tied_siblings`` (preference, kto).
+
+``complete_calls`` (sft, a template holding ``RESULT``): a row that ends in one tool call whose
+reply the trace recorded (a later model call's inputs hold it, by call id) gets that reply and a
+final assistant turn, the template with ``RESULT`` replaced by the reply. The turn is written by the
+template, not by the model: it teaches using the tool's result where the model's own answer after
+it was filtered out (e.g. an agent whose call was right and whose answer was not).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from toolbox.tracing.filters import TraceIndex
 from toolbox.tracing.record import ActionRecord, TraceError, messages_to_chat
 
 FORMATS = ("sft", "preference", "kto", "prompts")
+RESULT = "RESULT"  # where complete_calls puts the tool's reply
 
 
 def _as_messages(value: Any, role: str) -> list[dict[str, Any]]:
@@ -66,6 +73,7 @@ class RowMaker:
         text: bool,
         drop: Callable[[str], None],
         final_calls: bool = False,
+        complete_calls: str | None = None,
     ) -> None:
         if format not in FORMATS:
             raise TraceError(f"format {format!r}; choose one of {', '.join(FORMATS)}.")
@@ -79,7 +87,14 @@ class RowMaker:
         self.label_threshold = label_threshold
         self.text = text
         self.drop = drop  # drop(rule): count a row a rule removed
-        self.final_calls = final_calls  # sft: a row may end in its own tool call (a step's row)
+        if complete_calls is not None and (format != "sft" or RESULT not in complete_calls):
+            raise TraceError(
+                f"complete_calls {complete_calls!r}: an sft template of the final answer holding "
+                f"{RESULT} (where the tool's reply goes), e.g. 'The answer is {RESULT}.'"
+            )
+        # sft: a row may end in its own tool call (a step's row); completed ones end in the template
+        self.final_calls = final_calls or complete_calls is not None
+        self.complete_calls = complete_calls
 
     def _prompt(self, chat: list[dict[str, Any]]) -> Any:
         if self.text:
@@ -99,7 +114,7 @@ class RowMaker:
         self, calls: list[ActionRecord], index: TraceIndex
     ) -> Iterator[tuple[ActionRecord, dict[str, Any]]]:
         if self.format == "sft":
-            yield from self._sft(calls)
+            yield from self._sft(calls, index)
         elif self.format == "preference":
             yield from self._preference(calls, index)
         elif self.format == "kto":
@@ -108,8 +123,11 @@ class RowMaker:
             for r in calls:
                 yield r, {"prompt": self._prompt(messages_to_chat(_as_messages(r.inputs, "user")))}
 
-    def _sft(self, calls: list[ActionRecord]) -> Iterator[tuple[ActionRecord, dict[str, Any]]]:
+    def _sft(
+        self, calls: list[ActionRecord], index: TraceIndex
+    ) -> Iterator[tuple[ActionRecord, dict[str, Any]]]:
         inputs = [_as_messages(r.inputs, "user") for r in calls]
+        replies = self._replies(index) if self.complete_calls is not None else {}
         for i, r in enumerate(calls):
             messages = inputs[i] + _as_messages(r.outputs, "assistant")
             n = len(messages)
@@ -121,10 +139,28 @@ class RowMaker:
             if unmatched and not (self.final_calls and unmatched == final_call_ids(chat)):
                 self.drop("unmatched_tool_call")
                 continue
+            if unmatched and len(unmatched) == 1 and unmatched[0] in replies:
+                reply = replies[unmatched[0]]
+                chat = [
+                    *chat,
+                    {"role": "tool", "tool_call_id": unmatched[0], "content": reply},
+                    {"role": "assistant", "content": str(self.complete_calls).replace(RESULT, reply)},
+                ]
             if not any(m["role"] == "assistant" for m in chat):
                 self.drop("no_assistant_turn")
                 continue
             yield r, {"messages": chat, "tools": json.dumps(r.tools, ensure_ascii=False) if r.tools else None}
+
+    @staticmethod
+    def _replies(index: TraceIndex) -> dict[str, str]:
+        """The tool replies the trace's model calls were given, by call id."""
+        replies: dict[str, str] = {}
+        for r in index.records:
+            if r.kind == "llm_call":
+                for m in messages_to_chat(_as_messages(r.inputs, "user")):
+                    if m["role"] == "tool" and m.get("tool_call_id"):
+                        replies[m["tool_call_id"]] = m["content"]
+        return replies
 
     def _preference(
         self, calls: list[ActionRecord], index: TraceIndex

@@ -16,7 +16,8 @@ stage  sections taken from the run (the rest: the defaults)
 data   seed, data, tokenizer                                     (+ run_dir)
 train  everything but ``eval`` and ``resume_from`` (in-training evaluation runs the default
        evaluators; the workflow's eval stage runs the run's own), but ``eval`` too for a run whose
-       callbacks select the model by eval metrics (``best_model``)
+       callbacks select the model or the stopping step by eval metrics (``best_model``,
+       ``early_stopping``: its monitor may be a metric only the run's own evaluators give)
 eval   seed, device, deterministic, data, objective, precision, strategy, engine, eval, env
        (+ run_dir; model and tokenizer are the trained model's, data.source the data stage's)
        An environment run (``env:`` set) trains with ``eval: null``: the default evaluators
@@ -58,8 +59,10 @@ KEEP: dict[str, Any] = {
 }
 EXCLUDE = {"train": ("eval", "resume_from")}
 # callbacks that choose the model by the evaluators' metrics (test accuracy at the best validation
-# epoch): a run with one keeps its own eval section in the train slice, since training reads it
-SELECT_ON_EVAL = ("best_model",)
+# epoch) or stop on them: a run with one keeps its own eval section in the train slice, since
+# training reads it (with the default evaluators only, an early_stopping that monitors a metric of
+# the run's own evaluator, agent_tools' eval/tool_call_success, never sees it and never stops)
+SELECT_ON_EVAL = ("best_model", "early_stopping")
 
 
 def slice_config(full: dict[str, Any], defaults: dict[str, Any], stage: str) -> dict[str, Any]:

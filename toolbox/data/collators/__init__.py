@@ -10,7 +10,8 @@ the ``unpaired_preference`` examples (KTO).
   ``attention_mask`` becomes a 4D additive float mask that keeps each example to itself.
 
 A model forward receives ``input_ids``, ``attention_mask`` and, when present, ``position_ids``;
-the loss reads ``completion_mask`` (1 where the token is a target).
+the loss reads ``completion_mask`` (1 where the token is a target) and, when the examples carry
+them (the chat dataset's ``last_turn_weight``), ``loss_weights`` (float per token, 0.0 on padding).
 
 - ``preference``: ``preference`` examples (prompt_ids, chosen_ids, rejected_ids), chosen rows then
   rejected rows in one right-padded batch, for the preference trainer's single forward.

@@ -91,6 +91,8 @@ class PackingCollator:
         position_ids = torch.zeros(shape, dtype=torch.long)
         completion_mask = torch.zeros(shape, dtype=torch.long)
         sequence = torch.zeros(shape, dtype=torch.long)  # which sequence of its row a token belongs to
+        weighted = any("loss_weights" in ex for ex in examples)
+        weights = torch.zeros(shape, dtype=torch.float32) if weighted else None
         for r, row in enumerate(rows):
             start = 0
             for k, i in enumerate(row):
@@ -103,6 +105,10 @@ class PackingCollator:
                     examples[i].get("completion_mask", [1] * n), dtype=torch.long
                 )
                 completion_mask[r, start] = 0
+                if weights is not None:
+                    weights[r, start:end] = torch.as_tensor(
+                        examples[i].get("loss_weights", [1.0] * n), dtype=torch.float32
+                    )
                 sequence[r, start:end] = k
                 start = end
             position_ids[r, start:] = torch.arange(length - start)
@@ -111,9 +117,12 @@ class PackingCollator:
         allowed = (sequence[:, :, None] == sequence[:, None, :]) & causal
         attention_mask = torch.zeros((len(rows), 1, length, length), dtype=torch.float32)
         attention_mask.masked_fill_(~allowed[:, None], BLOCKED)
-        return {
+        batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "position_ids": position_ids,
             "completion_mask": completion_mask,
         }
+        if weights is not None:
+            batch["loss_weights"] = weights
+        return batch

@@ -5,7 +5,9 @@ Batch keys (all ``[batch, length]`` tensors):
 - ``input_ids`` (long): the tokens, then ``tokenizer.pad_token_id``;
 - ``attention_mask`` (long): 1 on the example's tokens, 0 on padding (taken from the lengths,
   so a pad id that equals eos is handled);
-- ``completion_mask`` (long): the example's mask (all ones when it has none), 0 on padding.
+- ``completion_mask`` (long): the example's mask (all ones when it has none), 0 on padding;
+- ``loss_weights`` (float32), only when an example has them (the chat dataset's
+  ``last_turn_weight``): each token's loss weight (1.0 for an example without), 0.0 on padding.
 
 A model forward receives ``input_ids`` and ``attention_mask``; positions default to 0, 1, ...
 which is right for right padding. The loss reads ``completion_mask``.
@@ -62,4 +64,10 @@ class PadCollator:
         input_ids = torch.tensor(ids, dtype=torch.long)
         attention_mask = (torch.arange(length) < lengths[:, None]).long()
         completion_mask = torch.tensor(comp, dtype=torch.long)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask}
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask}
+        if any("loss_weights" in ex for ex in examples):
+            weights = [list(ex.get("loss_weights", [1.0] * len(ex["input_ids"]))) for ex in examples]
+            batch["loss_weights"] = torch.tensor(
+                [w + [0.0] * (length - len(w)) for w in weights], dtype=torch.float32
+            )
+        return batch

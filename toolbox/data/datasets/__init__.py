@@ -10,7 +10,8 @@ lm_text              input_ids (bos text eos), completion_mask (all 1)
 prompt_completion    input_ids (bos prompt completion eos), completion_mask (1 on completion+eos),
                      prompt_ids (bos prompt)
 chat                 input_ids (the chat template), completion_mask (1 on assistant turns),
-                     prompt_ids (everything before the last assistant turn's text)
+                     prompt_ids (everything before the last assistant turn's text), loss_weights
+                     (per token, only with last_turn_weight != 1)
 preference           prompt_ids (bos prompt), chosen_ids, rejected_ids (each ending in eos)
 unpaired_preference  prompt_ids (bos prompt), completion_ids (ending in eos), label (bool: desirable)
 prompt_only          prompt_ids (bos prompt) and every field of the record

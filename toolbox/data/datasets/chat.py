@@ -7,7 +7,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from toolbox.core.errors import DataError
+from toolbox.core.errors import ConfigError, DataError
 from toolbox.core.registries import DATASETS
 from toolbox.data.base import Example, Record
 from toolbox.data.datasets.tokenized import TokenizedFactory
@@ -32,14 +32,26 @@ class Chat(TokenizedFactory):
     last assistant reply (with the generation prompt). Conversations longer than ``max_length``
     are skipped, with one warning per call counting them.
 
+    ``last_turn_weight`` weights the loss on the last assistant turn's tokens (its reply and
+    end-of-turn marker; in a tool-calling conversation the answer after the tool's reply): the
+    examples then carry ``loss_weights`` (that weight there, 1.0 on the other tokens), which the
+    ``pad`` and ``packing`` collators batch and the ``causal_lm`` loss multiplies into each scored
+    token's cross entropy (the sum is still divided by the number of scored tokens). At 1.0 (the
+    default) no weights are carried and the loss is the unweighted one, bit for bit.
+
     Args:
         tokenizer: the run's tokenizer (injected); it needs a chat template.
         max_length: the most tokens of a rendered conversation.
         field: the record field holding the list of messages.
+        last_turn_weight: the loss weight of the last assistant turn's tokens (> 0).
     """
 
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, max_length: int = 512, field: str = "messages"
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        max_length: int = 512,
+        field: str = "messages",
+        last_turn_weight: float = 1.0,
     ) -> None:
         super().__init__(tokenizer, max_length)
         if not tokenizer.chat_template:
@@ -47,7 +59,13 @@ class Chat(TokenizedFactory):
                 "dataset 'chat' needs a tokenizer with a chat template; the char, bpe and pretrained "
                 "tokenizers of toolbox provide one."
             )
+        if not float(last_turn_weight) > 0:
+            raise ConfigError(
+                f"data.dataset.last_turn_weight: {last_turn_weight}; set a positive number "
+                "(1.0 weighs the last assistant turn like every other scored token)."
+            )
         self.field = field
+        self.last_turn_weight = float(last_turn_weight)
 
     def render(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = False, tools: Any = None
@@ -63,18 +81,19 @@ class Chat(TokenizedFactory):
         self.start()
         examples = []
         for i, record in enumerate(records):
-            ids, mask, prompt_length = self.tokenize(self.messages(record, i), i, _tools(record))
+            ids, mask, prompt_length = self.tokenize(self.messages(record, i), i, record_tools(record))
             if len(ids) > self.max_length:
                 self.num_skipped += 1
                 continue
-            examples.append(
-                {
-                    **self.raw(record),
-                    "input_ids": ids,
-                    "completion_mask": mask,
-                    "prompt_ids": ids[:prompt_length],
-                }
-            )
+            example = {
+                **self.raw(record),
+                "input_ids": ids,
+                "completion_mask": mask,
+                "prompt_ids": ids[:prompt_length],
+            }
+            if self.last_turn_weight != 1.0:
+                example["loss_weights"] = last_turn_weights(ids, mask, prompt_length, self.last_turn_weight)
+            examples.append(example)
         self.report(len(records), "conversation")
         return examples
 
@@ -129,7 +148,12 @@ class Chat(TokenizedFactory):
         return messages
 
 
-def _tools(record: Record) -> Any:
+def last_turn_weights(ids: list[int], mask: list[int], prompt_length: int, weight: float) -> list[float]:
+    """1.0 per token, ``weight`` on the scored tokens from ``prompt_length`` on (the last assistant turn)."""
+    return [weight if k >= prompt_length and mask[k] else 1.0 for k in range(len(ids))]
+
+
+def record_tools(record: Record) -> Any:
     """The record's ``tools`` (TRL's column: a list of function schemas, or that list as JSON)."""
     import json
 

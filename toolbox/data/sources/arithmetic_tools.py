@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from toolbox.core.errors import ConfigError
@@ -40,6 +41,7 @@ TOOLS: list[dict[str, Any]] = [
         },
     }
 ]
+_NUMBER = re.compile(r"-?\d+")
 # (question with {a} and {b}, operator); the first three use each operator once (``templates=3``)
 TEMPLATES: tuple[tuple[str, str], ...] = (
     ("A shop has {a} apples and gets {b} more. How many apples does it have now?", "+"),
@@ -63,6 +65,31 @@ def calculate(expression: str) -> str:
                 break
             return str(a + b if op == "+" else a - b if op == "-" else a * b)
     return f"error: cannot evaluate {expression!r}; write two integers with + - or *"
+
+
+def call_expression(arguments: str) -> str:
+    """The expression a calculator call asks for: its JSON ``arguments``' ``expression`` (``""``
+    when they hold none)."""
+    try:
+        return str(json.loads(arguments).get("expression", ""))
+    except (ValueError, TypeError, AttributeError):
+        return ""
+
+
+def run_call(name: str, arguments: str) -> tuple[str, str]:
+    """A model's tool call executed: the expression it asked for (``call_expression``) and the reply
+    (the calculator's, or an error text for another tool). A call is right when the reply equals
+    the problem's ``answer``; the agent of examples/agent_tools and the ``tool_calls`` evaluator
+    both score calls with it."""
+    expression = call_expression(arguments)
+    return expression, calculate(expression) if name == "calculator" else "error: unknown tool"
+
+
+def final_answer(text: str) -> str | None:
+    """The answer a final reply gives: its last integer (None if it has none); the verifiable reward
+    compares it with the problem's ``answer``."""
+    numbers = _NUMBER.findall(text or "")
+    return numbers[-1] if numbers else None
 
 
 def problem(index: int, size: int, low: int = 0) -> dict[str, Any]:
