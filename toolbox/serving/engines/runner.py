@@ -35,8 +35,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import toolbox.serving.engines.decode_attention as decode_attention
 from toolbox.core.errors import ConfigError
-from toolbox.serving.engines import decode_attention
 from toolbox.serving.engines.architectures import SUPPORTED, Layout
 from toolbox.serving.engines.layer_weights import (
     ONEDNN_MIN_WIDTH,
