@@ -234,3 +234,20 @@ def run_in_vllm_env(tmp_path_factory):
         )
 
     return run
+
+
+@pytest.fixture
+def engine_for():
+    """Build torch engines (``engine_for(model, tokenizer, **spec)``), shut down after the test."""
+    from toolbox.core.registries import ENGINES
+
+    made = []
+
+    def build(model, tokenizer, **spec):
+        engine = ENGINES.build({"name": "torch", **spec}, model=model, tokenizer=tokenizer)
+        made.append(engine)
+        return engine
+
+    yield build
+    for engine in made:
+        engine.shutdown()

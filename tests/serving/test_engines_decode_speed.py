@@ -15,23 +15,8 @@ import torch.nn.functional as F
 from conftest import make_bench_model
 
 from toolbox.core.errors import ConfigError
-from toolbox.core.registries import ENGINES
 from toolbox.serving.engine import SamplingParams
 from toolbox.serving.engines import decode_attention
-
-
-@pytest.fixture
-def engine_for():
-    made = []
-
-    def build(model, tokenizer, **spec):
-        engine = ENGINES.build({"name": "torch", **spec}, model=model, tokenizer=tokenizer)
-        made.append(engine)
-        return engine
-
-    yield build
-    for engine in made:
-        engine.shutdown()
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (4, 1)])

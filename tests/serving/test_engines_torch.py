@@ -27,20 +27,6 @@ def hf_greedy(model, tokenizer, prompt: str, max_tokens: int, **kwargs) -> list[
 
 
 @pytest.fixture
-def engine_for():
-    made = []
-
-    def build(model, tokenizer, **spec):
-        engine = ENGINES.build({"name": "torch", **spec}, model=model, tokenizer=tokenizer)
-        made.append(engine)
-        return engine
-
-    yield build
-    for engine in made:
-        engine.shutdown()
-
-
-@pytest.fixture
 def engine(engine_for, model, tokenizer):
     return engine_for(model, tokenizer)
 
