@@ -250,7 +250,7 @@ def main() -> None:
 
 
 def _run(args: argparse.Namespace, tmp: str) -> dict:
-    from toolbox.tracing import codec
+    import toolbox.core.json_codec as codec
 
     load_start = os.getloadavg()
     runs = {k: [] for k in ("ours_jsonl", "ours_jsonl_no_redact", "ours_memory", "otel_memory", "bare")}

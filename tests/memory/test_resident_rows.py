@@ -4,6 +4,8 @@ freed slots reused, equal metadata strings shared, answers equal to the SQLite p
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -93,7 +95,7 @@ def test_equal_metadata_strings_are_shared(tmp_path):
     m.search("item", k=1)
     held = m._cache.held()
     assert held[1]["_metadata_json"] is held[2]["_metadata_json"] is held[3]["_metadata_json"]
-    assert held[4]["_metadata_json"] == '{"n": 0}'
+    assert json.loads(held[4]["_metadata_json"]) == {"n": 0}
     m.close()
 
 
@@ -117,3 +119,17 @@ def test_the_same_answers_as_the_sqlite_path(tmp_path, filters):
     assert [[r[:-1] for r in q] for q in got] == [[r[:-1] for r in q] for q in want] and m._cache.loaded
     assert [[r[-1] for r in q] for q in got] == [[pytest.approx(r[-1], abs=1e-6) for r in q] for q in want]
     m.close()
+
+
+@pytest.mark.parametrize("with_orjson", [True, False])
+def test_metadata_json_is_sorted_and_reads_back_the_same_with_or_without_orjson(monkeypatch, with_orjson):
+    import toolbox.core.json_codec as codec
+    from toolbox.memory.filters import dumps_metadata
+
+    monkeypatch.setattr(codec, "orjson", codec.orjson if with_orjson else None)
+    meta = {"b": 1, "a": [1.5, "é", None], "z": {"y": True, "x": -0.0}}
+    text = dumps_metadata(meta)
+    assert json.loads(text) == meta and list(json.loads(text)) == ["a", "b", "z"]
+    assert "é" in text  # not escaped: FTS5 and exports read the text as written
+    assert (text == '{"a":[1.5,"é",null],"b":1,"z":{"x":-0.0,"y":true}}') == with_orjson
+    assert json.loads(dumps_metadata({"big": 2**70})) == {"big": 2**70}  # beyond orjson: json writes it

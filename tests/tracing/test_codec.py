@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from toolbox.tracing import ActionRecord, Score, Tracer, codec
+import toolbox.core.json_codec as codec
+from toolbox.tracing import ActionRecord, Score, Tracer
 from toolbox.tracing.record import SerializationError, encode
 from toolbox.tracing.stores.base import MemoryStore
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import toolbox.tracing.codec as codec
+import toolbox.core.json_codec as codec
 from toolbox.tracing.dedupe import Deduper
 from toolbox.tracing.filters import RecordFilter, TraceIndex
 from toolbox.tracing.record import TraceError

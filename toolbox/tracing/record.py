@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import toolbox.tracing.codec as codec
+import toolbox.core.json_codec as codec
 from toolbox.core.errors import ToolboxError
 
 SCHEMA_VERSION = 1

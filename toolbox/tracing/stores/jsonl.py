@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from toolbox.tracing.codec import loads
+from toolbox.core.json_codec import loads
 from toolbox.tracing.record import ActionRecord, Score, TraceError, dumps
 from toolbox.tracing.stores.base import Query, TraceStore
 

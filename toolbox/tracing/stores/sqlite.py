@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from toolbox.tracing.codec import loads
+from toolbox.core.json_codec import loads
 from toolbox.tracing.record import SCHEMA_VERSION, ActionRecord, Score, TraceError, dumps
 from toolbox.tracing.stores.base import Query, TraceStore
 

@@ -1,4 +1,5 @@
-"""JSON for trace records, fast: ``orjson`` when it is installed, the standard ``json`` otherwise.
+"""JSON, fast: ``orjson`` when it is installed, the standard ``json`` otherwise (trace records in
+``toolbox.tracing``, memory metadata in ``toolbox.memory``).
 
 The two must store the same values and refuse the same ones, so a value on which they differ is
 never given to orjson: ``scan`` accepts only exact ``str``, ``int``, finite ``float``, ``bool``,
@@ -93,6 +94,17 @@ def dumps_plain(d: Any) -> str | None:
         return None
     try:
         return orjson.dumps(d).decode()
+    except (TypeError, ValueError):
+        return None
+
+
+def dumps_sorted(d: Any) -> str | None:
+    """``d`` (already ``scan``ned plain) as compact JSON with sorted keys through orjson (the same
+    order as ``json``'s ``sort_keys`` for str keys); None where ``dumps_plain`` gives None."""
+    if orjson is None:
+        return None
+    try:
+        return orjson.dumps(d, option=orjson.OPT_SORT_KEYS).decode()
     except (TypeError, ValueError):
         return None
 
