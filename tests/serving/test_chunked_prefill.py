@@ -285,10 +285,13 @@ def test_the_next_long_prompt_starts_in_the_budget_the_last_chunk_leaves(engine_
 
     def submit():
         slots.clear()  # the stream's own prompt (12 tokens) is not chunked at 16 anyway
-        return [
-            engine.submit(LONG, greedy(24), stream=False),
-            engine.submit(second, greedy(24, n=2), stream=False),
-        ]
+        # both queued before the engine thread looks again (its condition's lock is re-entrant): on a
+        # loaded machine this thread was once descheduled between the two submits, past LONG's chunks
+        with engine.batcher._cv:
+            return [
+                engine.submit(LONG, greedy(24), stream=False),
+                engine.submit(second, greedy(24, n=2), stream=False),
+            ]
 
     tokens, outs = beside_a_stream(engine, submit)
     assert slots == [(3, 16)] * 7 + [(3, 3), (2, 13), (2, 16), (2, 12)]
