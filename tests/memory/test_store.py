@@ -166,6 +166,29 @@ def test_reopen_persists_and_converts_the_index(tmp_path):
     m.close()
 
 
+@pytest.mark.parametrize("index", ["exact", "hnsw"])
+def test_reopen_without_a_snapshot_replays_the_log_in_order(tmp_path, index):
+    """Adds, an update of an added item (its id twice in the log), deletions and a re-added text,
+    none snapshotted (a kill: ``_close_handles`` without ``flush``): the replay batches runs of adds
+    and must still end with each item's last vector and without the deleted ones."""
+    m = EpisodicMemory(tmp_path, embedder=HASH, index=index, flush_every=10**6)
+    ids = m.add_many(FACTS[:4])
+    m.update(ids[1], text="an entirely different sentence about tides")
+    m.delete(ids[2])
+    m.add_many([FACTS[2], "another new memory"])
+    m.delete(ids[0])
+    expected = {i: m.index.get(np.array([i]))[0] for i in sorted(m.index.ids().tolist())}
+    assert m._log.unsaved == 9 and m._log.gen == 0
+    m._close_handles()
+    m = EpisodicMemory(tmp_path)
+    assert m.check()["ok"] and sorted(m.index.ids().tolist()) == list(expected)
+    for i, v in expected.items():
+        np.testing.assert_allclose(m.index.get(np.array([i]))[0], v, atol=1e-6)
+    top = m.search("an entirely different sentence about tides", k=1)[0]
+    assert top.id == ids[1]
+    m.close()
+
+
 def _digest(folder):
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()

@@ -89,18 +89,36 @@ class IndexLog:
         return index
 
     def replay(self, index: VectorIndex) -> None:
-        """Apply the pending rows written after the loaded snapshot (the crash-recovery path)."""
+        """Apply the pending rows written after the loaded snapshot (the crash-recovery path): runs
+        of additions of distinct ids in one ``add`` each (hnswlib adds them on every core), in the
+        log's order with the deletions between them."""
         assert self.rows.db is not None
         rows = self.rows.db.execute(
             "SELECT seq, item_id, vector FROM pending WHERE seq > ? ORDER BY seq", (self.applied_seq,)
         )
+        run_ids: list[int] = []
+        run_vectors: list[bytes] = []
+
+        def add_run() -> None:
+            if run_ids:
+                vectors = np.frombuffer(b"".join(run_vectors), dtype=np.float32).reshape(len(run_ids), -1)
+                index.add(np.array(run_ids, dtype=np.int64), vectors)
+                run_ids.clear()
+                run_vectors.clear()
+
+        seen: set[int] = set()
         for seq, item_id, vector in rows:
-            ids = np.array([item_id], dtype=np.int64)
+            if vector is None or item_id in seen or len(run_ids) >= 10_000:
+                add_run()
+                seen.clear()
             if vector is None:
-                index.remove(ids)
+                index.remove(np.array([item_id], dtype=np.int64))
             else:
-                index.add(ids, np.frombuffer(vector, dtype=np.float32)[None, :])
+                run_ids.append(item_id)
+                run_vectors.append(vector)
+                seen.add(item_id)
             self.applied_seq = seq
+        add_run()
 
     def remove_stale_folders(self) -> None:
         """Index folders other than the current one: a crash left them, nothing reads them."""
