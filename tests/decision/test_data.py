@@ -72,3 +72,19 @@ def test_turn_orders_are_rotations_of_the_listing_or_its_reverse(tiny_model):
     listings = forward | {tuple(reversed(p)) for p in forward}
     for ex in DecisionDataset(tok, order="turn", first_bias=0.5)(records):
         assert tuple(ex["perms"][0]) in listings
+
+
+def test_hints_record_where_each_option_starts(tiny_model):
+    _, tok, _ = tiny_model
+    record = {"text": "I lost my card", "label": 1, "options": ["balance", "lost card", "refund"]}
+    [ex] = DecisionDataset(tok, rotations=None, order="given", hints=True)([record])
+    assert len(ex["option_pos"]) == 3
+    for ids, perm, pos in zip(ex["rotation_ids"], ex["perms"], ex["option_pos"], strict=True):
+        for j, i in enumerate(perm):
+            # the option's text begins at that token: its first token decodes to the option's start
+            start = tok.decode(ids[pos[j] :]).lstrip()
+            assert start.startswith(record["options"][i]), (start, record["options"][i])
+            assert tok.decode(ids[: pos[j]]).rstrip().endswith("\n" + "ABC"[j] + ".")
+    batch = DecisionCollator(tok)([ex, ex])
+    assert batch["option_pos"].shape == (6, 3)
+    assert "option_pos" not in DecisionDataset(tok)([record])[0]
