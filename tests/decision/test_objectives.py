@@ -73,6 +73,10 @@ def test_distill_loss_is_kl_to_l0_plus_consistency(tiny_model):
     assert out.num_items == len(TEXTS)
     assert abs(float(out.loss_sum.detach()) - float(kl + 0.5 * cons)) < 1e-4
     assert out.metrics["distill_kl"] > 0 and out.metrics["consistency_kl"] > 0
+    sharp = DecisionDistill(consistency=0.5, teacher_temperature=0.5)(model, batch)
+    with torch.no_grad():
+        kl_sharp = F.kl_div(logp[:, 0], torch.log_softmax(2 * teacher, -1), log_target=True, reduction="sum")
+    assert abs(float(sharp.loss_sum.detach()) - float(kl_sharp + 0.5 * cons)) < 1e-4
 
 
 def test_distill_needs_rotations(tiny_model):

@@ -174,6 +174,9 @@ class DecisionDistill(SupervisedObjective):
             once it has ``min_prior_n`` items) or "none".
         prior_strength: the prior's exponent (AnyJev's 0.75).
         min_prior_n: items a batch needs before its prior is used.
+        teacher_temperature: the teacher's log-probabilities are divided by it and renormalised
+            (below 1: a sharper teacher, against the collapse of a self-taught model onto one flat
+            distribution under every order; 1: the teacher as it is).
     """
 
     accuracy_name = "decision_accuracy"
@@ -185,9 +188,13 @@ class DecisionDistill(SupervisedObjective):
         prior: str = "batch",
         prior_strength: float = 0.75,
         min_prior_n: int = 8,
+        teacher_temperature: float = 1.0,
     ) -> None:
         if prior not in ("batch", "none"):
             raise ValueError(f"objective.prior={prior!r}: use batch or none")
+        if teacher_temperature <= 0:
+            raise ValueError(f"objective.teacher_temperature={teacher_temperature}: use a value > 0")
+        self.teacher_temperature = teacher_temperature
         self.consistency = consistency
         self.ce_weight = ce_weight
         self.prior = prior
@@ -214,6 +221,8 @@ class DecisionDistill(SupervisedObjective):
                     "(data.dataset.rotations=null for all K), or a teacher distribution in the data"
                 )
             teacher = self.teacher(logp, batch["perms"])
+        if self.teacher_temperature != 1.0:
+            teacher = torch.log_softmax(teacher / self.teacher_temperature, dim=-1)
         distill = _kl(teacher, logp[:, 0])  # [B]
         loss = distill.sum()
         metrics = {"distill_kl": float(distill.sum())}
