@@ -49,6 +49,19 @@ def test_first_bias_moves_the_label_first(tiny_model):
     assert all(ex["perms"][0][0] == ex["target"] for ex in biased)
 
 
+def test_repeats_draw_new_orders_and_keep_the_bias(tiny_model):
+    _, tok, _ = tiny_model
+    records = [{"text": f"m{i}", "label": i % 5, "options": ["a", "b", "c", "d", "e"]} for i in range(200)]
+    examples = DecisionDataset(tok, repeats=3, first_bias=0.3, seed=1)(records)
+    assert len(examples) == 600 and [ex["text"] for ex in examples[200:400]] == [r["text"] for r in records]
+    orders = {tuple(ex["perms"][0]) for ex in examples[::200]}  # message m0 in its three copies
+    assert len(orders) > 1
+    first = sum(ex["perms"][0][0] == ex["target"] for ex in examples) / 600
+    assert 0.3 < first < 0.5  # 0.3 + 0.7 / 5 = 0.44 expected
+    with pytest.raises(ConfigError, match="repeats: 0"):
+        DecisionDataset(tok, repeats=0)
+
+
 def test_dataset_errors_name_the_field(tiny_model):
     _, tok, _ = tiny_model
     with pytest.raises(DataError, match="no field 'options'"):

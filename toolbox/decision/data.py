@@ -58,6 +58,9 @@ class DecisionDataset:
         prompt_format: "chat" (the tokenizer's chat template) or "plain".
         max_length: a prompt longer than this is a DataError.
         seed: seed of the shuffles.
+        repeats: each record becomes this many examples, each with its own base order (drawn
+            independently, ``first_bias`` applied to each): more option orders per message
+            without spreading the label over every position as ``rotations`` does.
         hints: also record ``option_pos`` (R x K: the row position of the first token of the option
             shown at position j), which ``decision_ce``'s auxiliary targets need.
     """
@@ -77,12 +80,15 @@ class DecisionDataset:
         prompt_format: PromptFormat = "chat",
         max_length: int = 1024,
         seed: int = 0,
+        repeats: int = 1,
         hints: bool = False,
     ) -> None:
         if rotations is not None and rotations < 1:
             raise ConfigError(f"data.dataset.rotations: {rotations}; use 1 or more (null: all K).")
         if order not in ("shuffle", "turn", "given"):
             raise ConfigError(f"data.dataset.order: {order!r}; use shuffle, turn or given.")
+        if repeats < 1:
+            raise ConfigError(f"data.dataset.repeats: {repeats}; use 1 or more.")
         if not 0.0 <= first_bias <= 1.0:
             raise ConfigError(f"data.dataset.first_bias: {first_bias}; use a probability in [0, 1].")
         self.tokenizer = tokenizer
@@ -96,6 +102,7 @@ class DecisionDataset:
         self.max_length = max_length
         self.seed = seed
         self.hints = hints
+        self.repeats = repeats
         self._labels: dict[tuple, tuple[list[str], list[int]]] = {}
 
     def _record(self, record: Record, index: int) -> tuple[str, Question, int]:
@@ -132,7 +139,7 @@ class DecisionDataset:
     def __call__(self, records: Sequence[Record]) -> list[Example]:
         rng = random.Random(self.seed)
         examples = []
-        for index, record in enumerate(records):
+        for index, record in [(i, r) for _ in range(self.repeats) for i, r in enumerate(records)]:
             state, q, target = self._record(record, index)
             base = self._base_order(q.k, target, rng)
             key = (q.kind, q.k)
