@@ -49,6 +49,19 @@ def test_first_bias_moves_the_label_first(tiny_model):
     assert all(ex["perms"][0][0] == ex["target"] for ex in biased)
 
 
+def test_repeats_draw_new_orders_and_keep_the_bias(tiny_model):
+    _, tok, _ = tiny_model
+    records = [{"text": f"m{i}", "label": i % 5, "options": ["a", "b", "c", "d", "e"]} for i in range(200)]
+    examples = DecisionDataset(tok, repeats=3, first_bias=0.3, seed=1)(records)
+    assert len(examples) == 600 and [ex["text"] for ex in examples[200:400]] == [r["text"] for r in records]
+    orders = {tuple(ex["perms"][0]) for ex in examples[::200]}  # message m0 in its three copies
+    assert len(orders) > 1
+    first = sum(ex["perms"][0][0] == ex["target"] for ex in examples) / 600
+    assert 0.3 < first < 0.5  # 0.3 + 0.7 / 5 = 0.44 expected
+    with pytest.raises(ConfigError, match="repeats: 0"):
+        DecisionDataset(tok, repeats=0)
+
+
 def test_dataset_errors_name_the_field(tiny_model):
     _, tok, _ = tiny_model
     with pytest.raises(DataError, match="no field 'options'"):
@@ -72,3 +85,19 @@ def test_turn_orders_are_rotations_of_the_listing_or_its_reverse(tiny_model):
     listings = forward | {tuple(reversed(p)) for p in forward}
     for ex in DecisionDataset(tok, order="turn", first_bias=0.5)(records):
         assert tuple(ex["perms"][0]) in listings
+
+
+def test_hints_record_where_each_option_starts(tiny_model):
+    _, tok, _ = tiny_model
+    record = {"text": "I lost my card", "label": 1, "options": ["balance", "lost card", "refund"]}
+    [ex] = DecisionDataset(tok, rotations=None, order="given", hints=True)([record])
+    assert len(ex["option_pos"]) == 3
+    for ids, perm, pos in zip(ex["rotation_ids"], ex["perms"], ex["option_pos"], strict=True):
+        for j, i in enumerate(perm):
+            # the option's text begins at that token: its first token decodes to the option's start
+            start = tok.decode(ids[pos[j] :]).lstrip()
+            assert start.startswith(record["options"][i]), (start, record["options"][i])
+            assert tok.decode(ids[: pos[j]]).rstrip().endswith("\n" + "ABC"[j] + ".")
+    batch = DecisionCollator(tok)([ex, ex])
+    assert batch["option_pos"].shape == (6, 3)
+    assert "option_pos" not in DecisionDataset(tok)([record])[0]

@@ -73,9 +73,52 @@ def test_distill_loss_is_kl_to_l0_plus_consistency(tiny_model):
     assert out.num_items == len(TEXTS)
     assert abs(float(out.loss_sum.detach()) - float(kl + 0.5 * cons)) < 1e-4
     assert out.metrics["distill_kl"] > 0 and out.metrics["consistency_kl"] > 0
+    sharp = DecisionDistill(consistency=0.5, teacher_temperature=0.5)(model, batch)
+    with torch.no_grad():
+        kl_sharp = F.kl_div(logp[:, 0], torch.log_softmax(2 * teacher, -1), log_target=True, reduction="sum")
+    assert abs(float(sharp.loss_sum.detach()) - float(kl_sharp + 0.5 * cons)) < 1e-4
 
 
 def test_distill_needs_rotations(tiny_model):
     model, tok, _ = tiny_model
     with pytest.raises(ValueError, match="at least 2 option orders"):
         DecisionDistill()(model, batch_of(tok, rotations=1))
+
+
+def test_decision_ce_hint_and_bind_targets(tiny_model):
+    model, tok, _ = tiny_model
+    data = DecisionDataset(tok, rotations=2, order="shuffle", hints=True, seed=1)
+    batch = DecisionCollator(tok)(data(RECORDS))
+    plain = DecisionCE()(model, batch)
+    with pytest.raises(ValueError, match="hints=true"):
+        DecisionCE(hint_weight=1.0)(model, batch_of(tok, rotations=2))
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], output_hidden_states=True)
+        rows = torch.arange(20)
+        perms, pos, ids = batch["perms"].view(20, 4), batch["option_pos"], batch["input_ids"]
+        target = batch["target"].repeat_interleave(2)
+        # the labelled option's first token, where the row lists it
+        shown = torch.tensor([perms[i].tolist().index(int(target[i])) for i in range(20)])
+        hint_token = ids[rows, pos[rows, shown]]
+        for token, t in zip(hint_token.tolist(), target.tolist(), strict=True):
+            piece = tok.decode([token]).strip()
+            assert piece and OPTIONS[t].startswith(piece)
+
+        def ce(logits, where, tokens):
+            return float(F.cross_entropy(logits[rows, where], tokens, reduction="sum"))
+
+        def bind_ce(logits):
+            return sum(ce(logits, pos[:, j], batch["label_ids"][:, j]) for j in range(4))
+
+        final = out.logits
+        layer1 = model.lm_head(model.model.norm(out.hidden_states[1]))
+    got = DecisionCE(hint_weight=0.5, bind_weight=0.25)(model, batch)
+    want = float(plain.loss_sum) + 0.5 * ce(final, batch["last"] - 1, hint_token) + 0.25 * bind_ce(final)
+    assert abs(float(got.loss_sum.detach()) - want) < 1e-3 * abs(want)
+    assert got.metrics["correct"] == plain.metrics["correct"]
+    got = DecisionCE(hint_weight=0.5, bind_weight=0.25, hint_layer=1)(model, batch)
+    hint = ce(layer1, batch["last"] - 1, hint_token) + ce(layer1, batch["last"], hint_token)
+    want = float(plain.loss_sum) + 0.5 * hint + 0.25 * bind_ce(layer1)
+    assert abs(float(got.loss_sum.detach()) - want) < 1e-3 * abs(want)
+    with pytest.raises(ValueError, match="has 2 layers"):
+        DecisionCE(hint_weight=1.0, hint_layer=3)(model, batch)

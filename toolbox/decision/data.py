@@ -5,6 +5,9 @@ way ``DecisionReader`` reads it: the options in a base order (the order given, o
 then ``rotations`` cyclic shifts of it, each prompt tokenized as the reader tokenizes it. The
 ``decision`` collator stacks them into one right-padded batch of ``B * R`` rows; the decision
 objectives (``toolbox.decision.objectives``) read the label tokens at each row's last position.
+
+With ``hints`` each row also records where each option's text starts (``option_pos``): the
+auxiliary targets of ``decision_ce`` (``hint_weight``, ``bind_weight``) read there.
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ class DecisionDataset:
         prompt_format: "chat" (the tokenizer's chat template) or "plain".
         max_length: a prompt longer than this is a DataError.
         seed: seed of the shuffles.
+        repeats: each record becomes this many examples, each with its own base order (drawn
+            independently, ``first_bias`` applied to each): more option orders per message
+            without spreading the label over every position as ``rotations`` does.
+        hints: also record ``option_pos`` (R x K: the row position of the first token of the option
+            shown at position j), which ``decision_ce``'s auxiliary targets need.
     """
 
     def __init__(
@@ -72,11 +80,15 @@ class DecisionDataset:
         prompt_format: PromptFormat = "chat",
         max_length: int = 1024,
         seed: int = 0,
+        repeats: int = 1,
+        hints: bool = False,
     ) -> None:
         if rotations is not None and rotations < 1:
             raise ConfigError(f"data.dataset.rotations: {rotations}; use 1 or more (null: all K).")
         if order not in ("shuffle", "turn", "given"):
             raise ConfigError(f"data.dataset.order: {order!r}; use shuffle, turn or given.")
+        if repeats < 1:
+            raise ConfigError(f"data.dataset.repeats: {repeats}; use 1 or more.")
         if not 0.0 <= first_bias <= 1.0:
             raise ConfigError(f"data.dataset.first_bias: {first_bias}; use a probability in [0, 1].")
         self.tokenizer = tokenizer
@@ -89,6 +101,8 @@ class DecisionDataset:
         self.prompt_format = prompt_format
         self.max_length = max_length
         self.seed = seed
+        self.hints = hints
+        self.repeats = repeats
         self._labels: dict[tuple, tuple[list[str], list[int]]] = {}
 
     def _record(self, record: Record, index: int) -> tuple[str, Question, int]:
@@ -125,14 +139,14 @@ class DecisionDataset:
     def __call__(self, records: Sequence[Record]) -> list[Example]:
         rng = random.Random(self.seed)
         examples = []
-        for index, record in enumerate(records):
+        for index, record in [(i, r) for _ in range(self.repeats) for i, r in enumerate(records)]:
             state, q, target = self._record(record, index)
             base = self._base_order(q.k, target, rng)
             key = (q.kind, q.k)
             if key not in self._labels:
                 self._labels[key] = resolve_labels(self.tokenizer, q)
             perms = [[base[i] for i in shift] for shift in cyclic_shifts(q.k, self.rotations)]
-            rows, label_ids = [], []
+            rows, label_ids, option_pos = [], [], []
             for perm in perms:
                 prompt, ids = rotation_prompt(
                     self.tokenizer, state, q, perm, self._labels[key], self.system, self.prompt_format
@@ -145,16 +159,42 @@ class DecisionDataset:
                     )
                 rows.append(tokens)
                 label_ids.append(ids)
-            examples.append(
-                {
-                    **{k: record[k] for k in RAW_FIELDS if k in record},
-                    "rotation_ids": rows,
-                    "label_ids": label_ids,
-                    "perms": perms,
-                    "target": target,
-                }
-            )
+                if self.hints:
+                    option_pos.append(
+                        self._option_positions(prompt.text, q, perm, self._labels[key][0], index)
+                    )
+            example = {
+                **{k: record[k] for k in RAW_FIELDS if k in record},
+                "rotation_ids": rows,
+                "label_ids": label_ids,
+                "perms": perms,
+                "target": target,
+            }
+            if self.hints:
+                example["option_pos"] = option_pos
+            examples.append(example)
         return examples
+
+    def _option_positions(
+        self, text: str, q: Question, perm: list[int], labels: list[str], index: int
+    ) -> list[int]:
+        """Token index of the first character of each listed option's text (position order)."""
+        offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)[
+            "offset_mapping"
+        ]
+        positions, at = [], 0
+        for j, i in enumerate(perm):
+            line = f"\n{labels[j]}. {q.options[i]}"
+            found = text.find(line, at)
+            if found < 0:
+                raise DataError(f"record {index}: option line {line.strip()!r} not found in its prompt")
+            char = found + len(line) - len(q.options[i])
+            token = next((t for t, (a, b) in enumerate(offsets) if a <= char < b), None)
+            if token is None:
+                raise DataError(f"record {index}: no token covers option {q.options[i]!r} in its prompt")
+            positions.append(token)
+            at = found + len(line)
+        return positions
 
 
 @COLLATORS.register("decision")
@@ -163,7 +203,8 @@ class DecisionCollator:
 
     Batch keys: ``input_ids`` / ``attention_mask`` ``[B*R, T]`` (item-major), ``last`` ``[B*R]`` (each
     row's last token), ``label_ids`` ``[B*R, K]``, ``perms`` ``[B, R, K]``, ``target`` ``[B]``, and
-    ``teacher`` ``[B, K]`` when the examples carry a teacher distribution.
+    ``teacher`` ``[B, K]`` when the examples carry a teacher distribution, ``option_pos`` ``[B*R, K]``
+    when they carry option positions (``hints``).
 
     Args:
         tokenizer: the run's tokenizer (injected); its pad token fills the padding.
@@ -199,6 +240,10 @@ class DecisionCollator:
             "perms": torch.tensor([ex["perms"] for ex in examples], dtype=torch.long),
             "target": torch.tensor([ex["target"] for ex in examples], dtype=torch.long),
         }
+        if "option_pos" in examples[0]:
+            batch["option_pos"] = torch.tensor(
+                [pos for ex in examples for pos in ex["option_pos"]], dtype=torch.long
+            )
         if "teacher" in examples[0]:
             batch["teacher"] = torch.tensor([ex["teacher"] for ex in examples], dtype=torch.float32)
         return batch

@@ -6,7 +6,14 @@ restricted to the K label tokens and renormalised (the "restricted label softmax
 from positions to options.
 
 - ``decision_ce``: cross entropy of the labelled option under the restricted softmax, every row
-  (every option order of an item) counted.
+  (every option order of an item) counted. Two optional auxiliary targets (the data's ``hints``)
+  scaffold the lookup a model trained from scratch has to learn (find the option the state names,
+  answer the label listed beside it): ``hint_weight``, at the token before the answer and at the
+  answer position, the first token of the labelled option's text; ``bind_weight``, at each option's
+  first token, the label listed beside it. Both are read through the output of decoder layer
+  ``hint_layer`` (the final norm and LM head applied to it; null: the model's logits), so a 2-layer
+  model has the state's option and each option's label in its residual stream before the last
+  layer, where the answer can match and copy them.
 - ``decision_distill``: self-distillation. The teacher is the model's own L0 distribution over the
   batch's rotations (log-mean over the rotations after dividing the batch prior out, exactly as the
   reader's L0, with no gradient), or a ``teacher`` distribution the data carries (a reasoning
@@ -28,15 +35,20 @@ import torch.nn.functional as F
 
 import toolbox.decision.calibrate as cal
 from toolbox.core.registries import OBJECTIVES
+from toolbox.nn.llama_training import LlamaTrainingForward
 from toolbox.objectives.base import LossOutput, SupervisedObjective
 
 
-def label_logprobs(model: Any, batch: dict[str, Any]) -> torch.Tensor:
-    """Restricted label log-softmax by option, ``[B, R, K]`` (rotation r of item b, option k)."""
+def label_logprobs(model: Any, batch: dict[str, Any], logits: torch.Tensor | None = None) -> torch.Tensor:
+    """Restricted label log-softmax by option, ``[B, R, K]`` (rotation r of item b, option k).
+
+    ``logits``: the answer positions' logits ``[B*R, V]`` when already computed."""
     ids, last = batch["input_ids"], batch["last"]
     b, r, k = batch["perms"].shape
     rows = torch.arange(ids.shape[0], device=ids.device)
-    if getattr(model, "accepts_logits_mask", False):  # the lean training forward: only these logits
+    if logits is not None:
+        pass
+    elif getattr(model, "accepts_logits_mask", False):  # the lean training forward: only these logits
         mask = torch.zeros_like(ids, dtype=torch.bool)
         mask[rows, last] = True
         logits = model(input_ids=ids, logits_mask=mask).logits
@@ -58,25 +70,97 @@ class DecisionCE(SupervisedObjective):
 
     Args:
         label_smoothing: mass moved uniformly over the K options.
+        hint_weight: weight of the hint target (per row: the cross entropy, at the token before the
+            answer and at the answer position, of the labelled option's first token); needs
+            ``data.dataset.hints=true``.
+        bind_weight: weight of the binding target (per row: the summed cross entropy, at each
+            option's first token, of the label listed beside it); needs ``data.dataset.hints=true``.
+        hint_layer: the decoder layer (1-based) whose output the auxiliary targets read, through
+            the final norm and LM head; null: the model's own logits (at the answer position the
+            hint is then not asked: the answer is).
     """
 
     accuracy_name = "decision_accuracy"
 
-    def __init__(self, label_smoothing: float = 0.0) -> None:
+    def __init__(
+        self,
+        label_smoothing: float = 0.0,
+        hint_weight: float = 0.0,
+        bind_weight: float = 0.0,
+        hint_layer: int | None = None,
+    ) -> None:
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError("objective.label_smoothing must be in [0, 1)")
+        if hint_weight < 0 or bind_weight < 0:
+            raise ValueError("objective.hint_weight and bind_weight must be >= 0")
+        if hint_layer is not None and hint_layer < 1:
+            raise ValueError(f"objective.hint_layer: {hint_layer}; use a decoder layer >= 1, or null")
         self.label_smoothing = label_smoothing
+        self.hint_weight = hint_weight
+        self.bind_weight = bind_weight
+        self.hint_layer = hint_layer
 
     def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
-        logp = label_logprobs(model, batch)
+        aux = self.hint_weight or self.bind_weight
+        if aux:
+            logits, aux_logits = self._forward(model, batch)
+            rows = torch.arange(logits.shape[0], device=logits.device)
+            logp = label_logprobs(model, batch, logits[rows, batch["last"]])
+        else:
+            logp = label_logprobs(model, batch)
         b, r, k = logp.shape
         target = batch["target"].repeat_interleave(r)
         loss = F.nll_loss(logp.reshape(b * r, k), target, reduction="sum")
         if self.label_smoothing:
             loss = (1 - self.label_smoothing) * loss - self.label_smoothing * logp.mean(dim=-1).sum()
+        metrics: dict[str, float] = {}
+        if aux:
+            hint, bind = self._auxiliary(aux_logits, batch, target)
+            loss = loss + self.hint_weight * hint + self.bind_weight * bind
+            metrics = {"hint_ce": float(hint.detach()), "bind_ce": float(bind.detach())}
         with torch.no_grad():
-            correct = float((logp.argmax(-1).reshape(-1) == target).sum())
-        return LossOutput(loss, b * r, {"correct": correct})
+            metrics["correct"] = float((logp.argmax(-1).reshape(-1) == target).sum())
+        return LossOutput(loss, b * r, metrics)
+
+    def _forward(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(every position's logits, the logits the auxiliary targets read), from one forward."""
+        if "option_pos" not in batch:
+            raise ValueError(
+                "objective.hint_weight / bind_weight need the option positions in the data: set "
+                "data.dataset.hints=true"
+            )
+        if isinstance(model, LlamaTrainingForward):  # the lean forward gives no hidden states
+            model = model.model
+        if self.hint_layer is None:
+            logits = model(input_ids=batch["input_ids"]).logits
+            return logits, logits
+        layers = model.config.num_hidden_layers
+        if self.hint_layer > layers:
+            raise ValueError(f"objective.hint_layer: {self.hint_layer}, but the model has {layers} layers")
+        out = model(input_ids=batch["input_ids"], output_hidden_states=True)
+        hidden = out.hidden_states[self.hint_layer]  # hidden_states[0]: the embeddings
+        if self.hint_layer < layers:  # the last entry already has the final norm applied
+            hidden = model.model.norm(hidden)
+        return out.logits, model.lm_head(hidden)
+
+    def _auxiliary(
+        self, logits: torch.Tensor, batch: dict[str, Any], target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hint, bind) cross entropies summed over the rows."""
+        ids, last, pos = batch["input_ids"], batch["last"], batch["option_pos"]
+        rows = torch.arange(ids.shape[0], device=ids.device)
+        shown_at = torch.argsort(batch["perms"].reshape(ids.shape[0], -1), dim=-1)  # option -> position
+        answer_pos = pos[rows, shown_at[rows, target]]  # where the labelled option's text starts
+        hint_token = ids[rows, answer_pos]
+        where = [last - 1] if self.hint_layer is None else [last - 1, last]
+        hint = sum(F.cross_entropy(logits[rows, p].float(), hint_token, reduction="sum") for p in where)
+        k = pos.shape[1]
+        bind = F.cross_entropy(
+            logits[rows.repeat_interleave(k), pos.reshape(-1)].float(),
+            batch["label_ids"].reshape(-1),
+            reduction="sum",
+        )
+        return hint, bind
 
 
 @OBJECTIVES.register("decision_distill")
@@ -90,6 +174,9 @@ class DecisionDistill(SupervisedObjective):
             once it has ``min_prior_n`` items) or "none".
         prior_strength: the prior's exponent (AnyJev's 0.75).
         min_prior_n: items a batch needs before its prior is used.
+        teacher_temperature: the teacher's log-probabilities are divided by it and renormalised
+            (below 1: a sharper teacher, against the collapse of a self-taught model onto one flat
+            distribution under every order; 1: the teacher as it is).
     """
 
     accuracy_name = "decision_accuracy"
@@ -101,9 +188,13 @@ class DecisionDistill(SupervisedObjective):
         prior: str = "batch",
         prior_strength: float = 0.75,
         min_prior_n: int = 8,
+        teacher_temperature: float = 1.0,
     ) -> None:
         if prior not in ("batch", "none"):
             raise ValueError(f"objective.prior={prior!r}: use batch or none")
+        if teacher_temperature <= 0:
+            raise ValueError(f"objective.teacher_temperature={teacher_temperature}: use a value > 0")
+        self.teacher_temperature = teacher_temperature
         self.consistency = consistency
         self.ce_weight = ce_weight
         self.prior = prior
@@ -130,6 +221,8 @@ class DecisionDistill(SupervisedObjective):
                     "(data.dataset.rotations=null for all K), or a teacher distribution in the data"
                 )
             teacher = self.teacher(logp, batch["perms"])
+        if self.teacher_temperature != 1.0:
+            teacher = torch.log_softmax(teacher / self.teacher_temperature, dim=-1)
         distill = _kl(teacher, logp[:, 0])  # [B]
         loss = distill.sum()
         metrics = {"distill_kl": float(distill.sum())}
