@@ -5,7 +5,7 @@
     python examples/decision_intent/run.py --out work/decision_intent --sft-model DIR  # stage 2 only
 
 Stage 1 (``experiment=decision_intent_sft``) trains the model's raw readout with decision cross
-entropy on generated customer messages, the right option listed first half the time (a planted
+entropy on generated customer messages, the right option listed first in 30 % of them (a planted
 position bias). Stage 2 (``experiment=decision_intent``) trains the stage-1 model with
 ``decision_distill``: its raw readout onto its own L0 distribution (all 10 rotations, the batch
 prior divided out) plus permutation consistency, without labels. Both models are evaluated on the

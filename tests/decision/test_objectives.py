@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -77,6 +79,28 @@ def test_distill_loss_is_kl_to_l0_plus_consistency(tiny_model):
     with torch.no_grad():
         kl_sharp = F.kl_div(logp[:, 0], torch.log_softmax(2 * teacher, -1), log_target=True, reduction="sum")
     assert abs(float(sharp.loss_sum.detach()) - float(kl_sharp + 0.5 * cons)) < 1e-4
+
+
+def test_frozen_teacher_is_the_model_as_it_was_at_the_first_step(tiny_model):
+    model, tok, _ = tiny_model
+    model = copy.deepcopy(model)  # the fixture's model stays as it is
+    batch = batch_of(tok, rotations=None)
+    frozen, live = DecisionDistill(teacher_model="frozen"), DecisionDistill()
+    first = frozen(model, batch)
+    assert abs(float(first.loss_sum.detach()) - float(live(model, batch).loss_sum.detach())) < 1e-5
+    with torch.no_grad():
+        teacher_before = live.teacher(label_logprobs(model, batch), batch["perms"])
+        model.lm_head.weight.mul_(3.0).add_(0.05)  # a "trained" student: sharper, shifted readouts
+        logp = label_logprobs(model, batch)
+        kl_frozen = F.kl_div(logp[:, 0], teacher_before, log_target=True, reduction="sum")
+        consensus = torch.log_softmax(logp.mean(1), -1)
+        cons = sum(F.kl_div(logp[:, r], consensus, log_target=True, reduction="sum") for r in range(4)) / 4
+    later = frozen(model, batch)
+    assert abs(float(later.loss_sum.detach()) - float(kl_frozen + cons)) < 1e-4
+    assert abs(float(later.loss_sum.detach()) - float(live(model, batch).loss_sum.detach())) > 1e-3
+    assert all(not p.requires_grad for p in frozen._frozen.parameters())
+    with pytest.raises(ValueError, match="teacher_model='old'"):
+        DecisionDistill(teacher_model="old")
 
 
 def test_distill_needs_rotations(tiny_model):

@@ -17,7 +17,9 @@ from positions to options.
 - ``decision_distill``: self-distillation. The teacher is the model's own L0 distribution over the
   batch's rotations (log-mean over the rotations after dividing the batch prior out, exactly as the
   reader's L0, with no gradient), or a ``teacher`` distribution the data carries (a reasoning
-  pass's, say). The loss is ``KL(teacher || raw)``, raw being the first order read (the base
+  pass's, say); ``teacher_model="frozen"`` reads that L0 from a copy of the model taken at the
+  first step (a self-taught teacher that follows the student can settle with it on one flat
+  distribution under every order: examples/decision_intent measured that collapse). The loss is ``KL(teacher || raw)``, raw being the first order read (the base
   order), plus ``consistency`` times the permutation-consistency term: the mean over the rotations
   of ``KL(consensus || rotation)``, the consensus being the log-mean of the rotations (no
   gradient). No labels are used; ``ce_weight`` > 0 adds the supervised term.
@@ -28,6 +30,7 @@ supervised trainer takes the one optimizer step.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -177,6 +180,10 @@ class DecisionDistill(SupervisedObjective):
         teacher_temperature: the teacher's log-probabilities are divided by it and renormalised
             (below 1: a sharper teacher, against the collapse of a self-taught model onto one flat
             distribution under every order; 1: the teacher as it is).
+        teacher_model: whose L0 teaches: "self" (the model being trained, as it is at each step)
+            or "frozen" (a copy of the model taken at the first step, never trained: the teacher
+            cannot drift with the student, so the pair cannot settle on one flat distribution under
+            every order; costs a second copy of the weights and a second forward).
     """
 
     accuracy_name = "decision_accuracy"
@@ -189,7 +196,12 @@ class DecisionDistill(SupervisedObjective):
         prior_strength: float = 0.75,
         min_prior_n: int = 8,
         teacher_temperature: float = 1.0,
+        teacher_model: str = "self",
     ) -> None:
+        if teacher_model not in ("self", "frozen"):
+            raise ValueError(f"objective.teacher_model={teacher_model!r}: use self or frozen")
+        self.teacher_model = teacher_model
+        self._frozen: Any = None
         if prior not in ("batch", "none"):
             raise ValueError(f"objective.prior={prior!r}: use batch or none")
         if teacher_temperature <= 0:
@@ -209,6 +221,16 @@ class DecisionDistill(SupervisedObjective):
                 by_position = cal.divide_prior(by_position, cal.batch_prior(by_position), self.prior_strength)
             return torch.log(cal.marginalize(by_position, perms).clamp_min(cal.LOG_EPS)).float()
 
+    def _frozen_logprobs(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """The label log-probs of the copy taken at the first call (no gradient)."""
+        if self._frozen is None:
+            frozen = copy.deepcopy(model)  # the model, or the training forward holding it
+            module = frozen if isinstance(frozen, torch.nn.Module) else frozen.model
+            module.eval().requires_grad_(False)
+            self._frozen = frozen
+        with torch.no_grad():
+            return label_logprobs(self._frozen, batch)
+
     def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
         logp = label_logprobs(model, batch)  # [B, R, K] by option
         b, r, _ = logp.shape
@@ -220,7 +242,10 @@ class DecisionDistill(SupervisedObjective):
                     "decision_distill needs at least 2 option orders per item for its L0 teacher "
                     "(data.dataset.rotations=null for all K), or a teacher distribution in the data"
                 )
-            teacher = self.teacher(logp, batch["perms"])
+            teacher = self.teacher(
+                self._frozen_logprobs(model, batch) if self.teacher_model == "frozen" else logp,
+                batch["perms"],
+            )
         if self.teacher_temperature != 1.0:
             teacher = torch.log_softmax(teacher / self.teacher_temperature, dim=-1)
         distill = _kl(teacher, logp[:, 0])  # [B]
