@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from toolbox.core.registries import ENGINES, MODELS
+from toolbox.core.registries import MODELS
 from toolbox.serving.engine import SamplingParams
 
 LONG = "the quick brown fox 99 jumps over 12+34=46, hello world! " * 2  # 115 tokens with BOS: 8 chunks of 16
@@ -46,17 +46,9 @@ def long_model(tokenizer):
 
 
 @pytest.fixture
-def engine_for(long_model, tokenizer):
-    made = []
-
-    def build(**spec):
-        engine = ENGINES.build({"name": "torch", **spec}, model=long_model, tokenizer=tokenizer)
-        made.append(engine)
-        return engine
-
-    yield build
-    for engine in made:
-        engine.shutdown()
+def engine_for(engine_for, long_model, tokenizer):
+    """conftest's ``engine_for`` on this file's model: ``engine_for(**spec)``."""
+    return lambda **spec: engine_for(long_model, tokenizer, **spec)
 
 
 def greedy(max_tokens: int = 24, **kwargs) -> SamplingParams:
