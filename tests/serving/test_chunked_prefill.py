@@ -120,6 +120,14 @@ def test_greedy_tokens_equal_one_forward_prefill(engine_for, monkeypatch):
     plain = engine_for(prefill_chunk_tokens=None)
     chunked = engine_for(prefill_chunk_tokens=16)
     chunks = count_chunks(chunked, monkeypatch)
+    submit = chunked.batcher.submit
+
+    def slow_submit(*args, **kwargs):  # a descheduled caller: generate still queues its prompts together
+        handle = submit(*args, **kwargs)
+        time.sleep(0.05)
+        return handle
+
+    monkeypatch.setattr(chunked.batcher, "submit", slow_submit)
     params = [greedy(24), greedy(24, n=2), SamplingParams(max_tokens=16, temperature=0.8, seed=3, n=2)]
     for p in params:
         want = plain.generate(prompts, p)
@@ -277,9 +285,9 @@ def test_the_next_long_prompt_starts_in_the_budget_the_last_chunk_leaves(engine_
 
     def submit():
         slots.clear()  # the stream's own prompt (12 tokens) is not chunked at 16 anyway
-        # both queued before the engine thread looks again (its condition's lock is re-entrant): on a
-        # loaded machine this thread was once descheduled between the two submits, past LONG's chunks
-        with engine.batcher._cv:
+        # both queued before the engine thread looks again: on a loaded machine this thread was once
+        # descheduled between the two submits, past LONG's chunks
+        with engine.batcher.together():
             return [
                 engine.submit(LONG, greedy(24), stream=False),
                 engine.submit(second, greedy(24, n=2), stream=False),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from toolbox.core.sqlite_busy import until_unlocked
 from toolbox.memory.embedders.base import Embedder
 
 _CHUNK = 500  # SQLite's parameter limit is far above; keeps each IN (...) short
@@ -31,15 +32,18 @@ class CachedEmbedder(Embedder):
         self.batch_size = embedder.batch_size
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
+        self._db = sqlite3.connect(self.path, timeout=60.0)
+        until_unlocked(self._prepare, 60.0)  # several processes may share one cache file
+        self.hits = 0
+        self.misses = 0
+
+    def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS embeddings (embedder TEXT NOT NULL, key BLOB NOT NULL, "
             "vector BLOB NOT NULL, PRIMARY KEY (embedder, key))"
         )
         self._db.commit()
-        self.hits = 0
-        self.misses = 0
 
     @property
     def identity(self) -> str:

@@ -206,6 +206,11 @@ class ContinuousBatcher:
             self._cv.notify()
         return handle
 
+    def together(self) -> threading.Condition:
+        """``with batcher.together(): submit(...); submit(...)``: the requests join the same step (the
+        engine thread cannot look at the queue in between; the lock is re-entrant)."""
+        return self._cv
+
     def abort(self, request_id: str) -> None:
         with self._cv:
             if request_id in self._requests:

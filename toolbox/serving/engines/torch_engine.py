@@ -235,12 +235,13 @@ class TorchEngine(InferenceEngine):
         matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
         handles = []
         try:
-            for p in ids:
-                handles.append(
-                    self.batcher.submit(
-                        p, params, None, stream=False, bypass_queue_limit=True, matcher=matcher
+            with self.batcher.together():  # one step sees them all, however the threads are scheduled
+                for p in ids:
+                    handles.append(
+                        self.batcher.submit(
+                            p, params, None, stream=False, bypass_queue_limit=True, matcher=matcher
+                        )
                     )
-                )
             return [h.result() for h in handles]
         except BaseException:
             for h in handles:

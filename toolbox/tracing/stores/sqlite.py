@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from toolbox.core.json_codec import loads
+from toolbox.core.sqlite_busy import is_locked, until_unlocked
 from toolbox.tracing.record import SCHEMA_VERSION, ActionRecord, Score, TraceError, dumps
 from toolbox.tracing.stores.base import Query, TraceStore
 
@@ -77,22 +78,27 @@ class SqliteStore(TraceStore):
                                     check_same_thread=False)  # fmt: skip
         with self._errors("open"):
             if not readonly:
-                # a large store's indexes are written at random keys (ids, trace ids): a page cache
-                # that holds their hot pages, not SQLite's 2 MB default; reading in trace order
-                # gains nothing from it (measured on a 1M-record store)
-                self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-                self.conn.execute("PRAGMA journal_mode=WAL")
-                self.conn.execute("PRAGMA synchronous=NORMAL")
-                try:
-                    self.conn.executescript(
-                        "BEGIN IMMEDIATE;" + SCHEMA + "INSERT OR IGNORE INTO meta(key, value) "
-                        f"VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;"
-                    )
-                except BaseException:
-                    if self.conn.in_transaction:
-                        self.conn.execute("ROLLBACK")
-                    raise
+                until_unlocked(self._prepare, busy_timeout)
             self._check_version()
+
+    def _prepare(self) -> None:
+        """WAL mode, the page cache and the schema (idempotent; retried while another process opens
+        the same file: see ``toolbox.core.sqlite_busy``)."""
+        # a large store's indexes are written at random keys (ids, trace ids): a page cache that holds
+        # their hot pages, not SQLite's 2 MB default; reading in trace order gains nothing from it
+        # (measured on a 1M-record store)
+        self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            self.conn.executescript(
+                "BEGIN IMMEDIATE;" + SCHEMA + "INSERT OR IGNORE INTO meta(key, value) "
+                f"VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;"
+            )
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
 
     # errors ---------------------------------------------------------------------------------------
     def _errors(self, what: str):
@@ -106,7 +112,7 @@ class SqliteStore(TraceStore):
                 if e is None or not isinstance(e, sqlite3.Error):
                     return False
                 msg = str(e)
-                if "locked" in msg or "busy" in msg:
+                if is_locked(e):
                     raise TraceError(
                         f"{store.path}: the trace store is locked by another process (waited "
                         f"{store.busy_timeout:.0f} s to {what}); let the other writer finish, or stop it, "
