@@ -318,3 +318,45 @@ def test_a_schema_1_store_is_migrated_on_open(tmp_path):
     con.execute("INSERT INTO items_fts (items_fts) VALUES ('integrity-check')")  # raises if FTS != rows
     assert con.execute("SELECT count(*) FROM items_fts WHERE items_fts MATCH 'quarterly'").fetchone() == (1,)
     con.close()
+
+
+@pytest.mark.parametrize("index", ["exact", "hnsw"])
+def test_a_large_batch_indexed_beside_the_sqlite_writes_equals_one_indexed_after(
+    tmp_path, monkeypatch, index
+):
+    """add_many of >= BACKGROUND_ADD new items adds them to the index on a thread while SQLite writes
+    their rows: the index then holds exactly what the serial add gives."""
+    import toolbox.memory.store as store_module
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((1500, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    texts = [f"item {i}" for i in range(1500)]
+    found = {}
+    for mode, threshold in (("beside", 1024), ("after", 10**9)):
+        monkeypatch.setattr(store_module, "BACKGROUND_ADD", threshold)
+        with EpisodicMemory(tmp_path / mode, embedder={"name": "hashing", "dim": 32}, index=index) as m:
+            ids = m.add_many(texts, vectors=vectors)
+            assert ids == list(range(1, 1501)) and m.check()["ok"]
+            hits = [[h.id for h in m.search(v, k=5)] for v in vectors[:50]]
+            found[mode] = (m.index.get(np.array(ids)), hits)
+    np.testing.assert_array_equal(found["beside"][0], found["after"][0])
+    assert found["beside"][1] == found["after"][1]
+    assert [hits[0] for hits in found["beside"][1]] == list(range(1, 51))
+
+
+def test_a_large_batch_that_does_not_commit_leaves_the_index_as_it_was(memory, monkeypatch):
+    """A failure inside the transaction (after the index's add started) rolls the rows back and
+    takes the vectors out again: the index and SQLite still agree."""
+    from toolbox.memory.rows import RowStore
+
+    memory.add("kept")
+
+    def fail(db, keys):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(RowStore, "add_fields", staticmethod(fail))
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        memory.add_many([f"lost {i}" for i in range(2000)])
+    assert len(memory) == 1 and len(memory.index) == 1 and memory.check()["ok"]
+    assert [h.text for h in memory.search("lost 7", k=3)] == ["kept"]

@@ -27,6 +27,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ from toolbox.memory.rows import SCHEMA_VERSION, MemoryItem, MemoryStoreError, Ro
 
 __all__ = ["EpisodicMemory", "MemoryItem", "MemoryStoreError", "SCHEMA_VERSION"]
 DEDUPE = ("off", "skip", "merge")
+# batches of at least this many new items are added to the index beside the SQLite writes (smaller
+# ones are not worth a thread)
+BACKGROUND_ADD = 1024
 
 
 class EpisodicMemory:
@@ -201,38 +205,57 @@ class EpisodicMemory:
         )
         keys = {k for m in metadatas for k in (m or {})}
         ids: list[int] = [0] * n
-        with self._transaction() as db:
-            next_id = RowStore.next_id(db)
-            new_rows, history, pending, new_idx = [], [], [], []
-            for i in range(n):
-                dup = duplicate_of[i]
-                if dup is not None:
-                    ids[i] = ids[dup[1]] if dup[0] == "batch" else dup[1]
-                    continue
-                ids[i] = next_id
-                next_id += 1
-                new_idx.append(i)
-                new_rows.append((ids[i], texts[i], meta_json[i], stamps[i], importances[i], now, now))
-                history.append((ids[i], "add", texts[i], meta_json[i], now))
-                pending.append((ids[i], vectors[i].tobytes()))
-            RowStore.insert(db, new_rows)
-            if self.dedupe == "merge":
+        # a large batch goes into the index on a thread while SQLite writes its rows (both release
+        # the GIL): the index's add keeps every core busy, the SQLite side one, and done one after
+        # the other a core idled through the SQLite side; if the rows do not commit, the vectors
+        # come out again, so the index never holds an item SQLite does not
+        adding: Future | None = None
+        new_ids = np.zeros(0, dtype=np.int64)
+        try:
+            with self._transaction() as db:
+                next_id = RowStore.next_id(db)
+                new_rows, history, pending, new_idx = [], [], [], []
                 for i in range(n):
-                    if duplicate_of[i] is not None:
-                        self._cache.forget([ids[i]])  # before the commit (toolbox.memory.row_cache)
-                        merge(db, ids[i], texts[i], metadatas[i], stamps[i], importances[i], now)
-            RowStore.record(db, history)
-            first_seq = IndexLog.log(db, pending)
-            RowStore.add_fields(db, keys)
-            evicted = victims(db, self.eviction, self._count + len(new_rows), self.max_items)
-            if evicted:
-                self._cache.forget(evicted)
-                RowStore.delete_rows(db, evicted, "evict", now)
-                IndexLog.log(db, [(i, None) for i in evicted])
+                    dup = duplicate_of[i]
+                    if dup is not None:
+                        ids[i] = ids[dup[1]] if dup[0] == "batch" else dup[1]
+                        continue
+                    ids[i] = next_id
+                    next_id += 1
+                    new_idx.append(i)
+                    new_rows.append((ids[i], texts[i], meta_json[i], stamps[i], importances[i], now, now))
+                    history.append((ids[i], "add", texts[i], meta_json[i], now))
+                    pending.append((ids[i], vectors[i].tobytes()))
+                new_ids = np.array([ids[i] for i in new_idx], dtype=np.int64)
+                if len(new_idx) >= BACKGROUND_ADD:
+                    pool = ThreadPoolExecutor(1, thread_name_prefix="memory-index-add")
+                    adding = pool.submit(self.index.add, new_ids, vectors[new_idx])
+                    pool.shutdown(wait=False)  # its thread ends with this task
+                RowStore.insert(db, new_rows)
+                if self.dedupe == "merge":
+                    for i in range(n):
+                        if duplicate_of[i] is not None:
+                            self._cache.forget([ids[i]])  # before the commit (toolbox.memory.row_cache)
+                            merge(db, ids[i], texts[i], metadatas[i], stamps[i], importances[i], now)
+                RowStore.record(db, history)
+                first_seq = IndexLog.log(db, pending)
+                RowStore.add_fields(db, keys)
+                evicted = victims(db, self.eviction, self._count + len(new_rows), self.max_items)
+                if evicted:
+                    self._cache.forget(evicted)
+                    RowStore.delete_rows(db, evicted, "evict", now)
+                    IndexLog.log(db, [(i, None) for i in evicted])
+        except BaseException:
+            if adding is not None:
+                wait([adding])
+                self.index.remove(new_ids)  # not committed: out of the index too
+            raise
         # committed: now the in-memory state follows
         self._fields |= keys
-        if new_idx:
-            self.index.add(np.array([ids[i] for i in new_idx], dtype=np.int64), vectors[new_idx])
+        if adding is not None:
+            adding.result()  # its error, if it had one
+        elif len(new_ids):
+            self.index.add(new_ids, vectors[new_idx])
         self._count += len(new_rows)
         self._log.applied(first_seq, len(pending))
         if evicted:
