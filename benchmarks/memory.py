@@ -30,7 +30,8 @@ after the timing. ``--pin CORE`` times the searches on one core (the adds keep e
 ``--add-n N`` also times N adds into a fresh store (a saved store's add figures are those of the
 run that built it, in ``DIR.build.json`` beside it), beside the time hnswlib's ``add_items`` took
 inside them (``library_add_seconds``) and a bare hnswlib index given the same adds and saved once
-(``bare_add_seconds``, ``bare_save_seconds``).
+(``bare_add_seconds``, ``bare_save_seconds``); ``--add-rounds R`` repeats that R times, alternating
+which of the two goes first, and reports each figure's median over the rounds.
 
 ``overhead``: the bare hnswlib call, our index, the store and ``store_sql`` on one store's graph,
 interleaved as above: p50/p99 of each and their ratios. ``benchmarks/memory_ab.py`` compares the
@@ -66,6 +67,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -317,6 +319,42 @@ def bare_fill(data: np.ndarray, stop: int, chunk: int, args, folder: Path) -> di
     return {"bare_add_seconds": add, "bare_save_seconds": time.perf_counter() - t0}
 
 
+def add_round(data: np.ndarray, topics: np.ndarray, spec: dict, args, store_first: bool) -> dict:
+    """One fresh store filled with ``--add-n`` items and one bare hnswlib index given the same adds
+    (in the order ``store_first`` says), and their ratios."""
+    tmp = Path(tempfile.mkdtemp(prefix="memory-bench-add-", dir=args.tmp))
+    try:
+        add: dict = {"load_before": load(), "store_first": store_first}
+        if not store_first:
+            add.update(bare_fill(data, args.add_n, args.chunk, args, tmp))
+        store = open_store(tmp / "store", args, spec)
+        add.update(fill(store, data, topics, args.add_n, args.chunk))
+        store.close()
+        if store_first:
+            add.update(bare_fill(data, args.add_n, args.chunk, args, tmp))
+        add["store_add_over_bare_add"] = add["store_add_seconds"] / add["bare_add_seconds"]
+        add["store_add_over_bare_add_and_save"] = add["store_add_seconds"] / (
+            add["bare_add_seconds"] + add["bare_save_seconds"]
+        )
+        add["load_after"] = load()
+        return add
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def add_rounds(data: np.ndarray, topics: np.ndarray, spec: dict, args) -> dict:
+    """``--add-rounds`` rounds of ``add_round``, alternating which goes first (a machine that slows
+    or speeds up over a run then favours neither); each figure is the median over the rounds (each
+    ratio the median of the rounds' ratios), the rounds themselves under ``rounds``."""
+    rounds = [add_round(data, topics, spec, args, store_first=r % 2 == 0) for r in range(args.add_rounds)]
+    numbers = [k for k, v in rounds[0].items() if isinstance(v, float | int) and not isinstance(v, bool)]
+    return {
+        "items_added": rounds[0]["items_added"],
+        **{k: statistics.median(r[k] for r in rounds) for k in numbers if k != "items_added"},
+        "rounds": rounds,
+    }
+
+
 def bench_scale(args) -> dict:
     """The store at each of ``--sizes``: one store grown through them, or one cached store each."""
     sizes = sorted(args.sizes)
@@ -340,20 +378,7 @@ def bench_scale(args) -> dict:
     topics = np.random.default_rng(5).integers(0, 10, len(data))  # the filter field: ~10% per value
     spec = {"name": "hnsw", "M": args.M, "ef_construction": args.ef_construction}
     if args.add_n:  # the add rate on a fresh store (a cached store's comes from the run that built it)
-        tmp = Path(tempfile.mkdtemp(prefix="memory-bench-add-", dir=args.tmp))
-        try:
-            store = open_store(tmp, args, spec)
-            out["add"] = {"load_before": load(), **fill(store, data, topics, args.add_n, args.chunk)}
-            store.close()
-            add = out["add"]
-            add.update(bare_fill(data, args.add_n, args.chunk, args, tmp))
-            add["store_add_over_bare_add"] = add["store_add_seconds"] / add["bare_add_seconds"]
-            add["store_add_over_bare_add_and_save"] = add["store_add_seconds"] / (
-                add["bare_add_seconds"] + add["bare_save_seconds"]
-            )
-            add["load_after"] = load()
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        out["add"] = add_rounds(data, topics, spec, args)
         print("add:", json.dumps(out["add"]), flush=True)
     grown = None if args.cache else Path(tempfile.mkdtemp(prefix="memory-bench-", dir=args.tmp))
     store = None
@@ -593,6 +618,9 @@ def main() -> None:
     sc.add_argument("--filter-ef", type=int, default=128)
     sc.add_argument("--filter-queries", type=int, default=30)
     sc.add_argument("--chunk", type=int, default=10_000)
+    sc.add_argument(
+        "--add-rounds", type=int, default=1, help="rounds of --add-n adds, store and bare alternating first"
+    )
     sc.add_argument("--M", type=int, default=16, help="hnsw graph degree")
     sc.add_argument("--ef-construction", type=int, default=100, help="hnsw build candidate list")
     sc.add_argument(

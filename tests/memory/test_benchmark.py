@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = [
     "scale",
@@ -43,9 +45,13 @@ def test_scale_builds_saved_stores_and_reuses_them(tmp_path):
     stores = [tmp_path / "s-600", tmp_path / "s-1200"]
     out = tmp_path / "scale.json"
     cmd = ["benchmarks/memory.py", *SCALE, "--sizes", "600", "1200", "--cache", *map(str, stores)]
-    run([*cmd, "--add-n", "300", "--out", str(out)])
+    run([*cmd, "--add-n", "300", "--add-rounds", "2", "--out", str(out)])
     first = json.loads(out.read_text())
-    assert first["add"]["items_added"] == 300 and first["add"]["store_add_per_s"] > 0
+    add = first["add"]
+    assert add["items_added"] == 300 and add["store_add_per_s"] > 0
+    assert [r["store_first"] for r in add["rounds"]] == [True, False]  # alternating
+    ratios = sorted(r["store_add_over_bare_add"] for r in add["rounds"])
+    assert add["store_add_over_bare_add"] == pytest.approx(sum(ratios) / 2)  # the median of two
     for n, store in zip(("600", "1200"), stores, strict=True):
         row = first["sizes"][n]
         assert row["items_added"] == int(n) and Path(f"{store}.build.json").exists()
