@@ -214,7 +214,7 @@ class EpisodicMemory:
         try:
             with self._transaction() as db:
                 next_id = RowStore.next_id(db)
-                new_rows, history, pending, new_idx = [], [], [], []
+                new_idx = []
                 for i in range(n):
                     dup = duplicate_of[i]
                     if dup is not None:
@@ -223,14 +223,16 @@ class EpisodicMemory:
                     ids[i] = next_id
                     next_id += 1
                     new_idx.append(i)
-                    new_rows.append((ids[i], texts[i], meta_json[i], stamps[i], importances[i], now, now))
-                    history.append((ids[i], "add", texts[i], meta_json[i], now))
-                    pending.append((ids[i], vectors[i].tobytes()))
                 new_ids = np.array([ids[i] for i in new_idx], dtype=np.int64)
                 if len(new_idx) >= BACKGROUND_ADD:
                     pool = ThreadPoolExecutor(1, thread_name_prefix="memory-index-add")
                     adding = pool.submit(self.index.add, new_ids, vectors[new_idx])
                     pool.shutdown(wait=False)  # its thread ends with this task
+                new_rows = [
+                    (ids[i], texts[i], meta_json[i], stamps[i], importances[i], now, now) for i in new_idx
+                ]
+                history = [(ids[i], "add", texts[i], meta_json[i], now) for i in new_idx]
+                pending = [(ids[i], vectors[i].tobytes()) for i in new_idx]
                 RowStore.insert(db, new_rows)
                 if self.dedupe == "merge":
                     for i in range(n):
