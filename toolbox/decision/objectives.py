@@ -250,12 +250,12 @@ class DecisionDistill(SupervisedObjective):
             teacher = torch.log_softmax(teacher / self.teacher_temperature, dim=-1)
         distill = _kl(teacher, logp[:, 0])  # [B]
         loss = distill.sum()
-        metrics = {"distill_kl": float(distill.sum())}
+        metrics = {"distill_kl": float(distill.detach().sum())}
         if r > 1 and self.consistency:
             consensus = cal.logmean(logp).detach()  # [B, K]
             consistency = _kl(consensus.unsqueeze(1), logp).mean(dim=1)  # [B]
             loss = loss + self.consistency * consistency.sum()
-            metrics["consistency_kl"] = float(consistency.sum())
+            metrics["consistency_kl"] = float(consistency.detach().sum())
         if self.ce_weight:
             loss = loss + self.ce_weight * F.nll_loss(logp[:, 0], batch["target"], reduction="sum")
         with torch.no_grad():
