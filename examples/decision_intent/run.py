@@ -11,6 +11,8 @@ position bias). Stage 2 (``experiment=decision_intent``) trains the stage-1 mode
 prior divided out) plus permutation consistency, without labels. Both models are evaluated on the
 same 400 held-out messages (options in the fixed order, and reversed): accuracy, ECE, flip rate,
 coverage at <= 5 % error, for the raw and the L0 readout. Writes ``<out>/results.json``.
+
+    python examples/decision_intent/run.py --table RESULTS.json [...]  # the README's table of runs
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ import time
 from pathlib import Path
 
 METRICS = ("accuracy", "ece", "flip_rate", "coverage_at_5")
+# the README table's columns: (readout level, metric, heading)
+COLUMNS = (
+    ("raw", "accuracy", "raw accuracy"),
+    ("raw", "ece", "raw ECE"),
+    ("raw", "flip_rate", "raw flip rate"),
+    ("raw", "coverage_at_5", "raw coverage at ≤ 5 % error"),
+    ("L0", "accuracy", "L0 accuracy"),
+    ("L0", "ece", "L0 ECE"),
+)
 
 
 def _train(overrides: list[str], evaluate_first: bool = False) -> tuple[dict, float, dict]:
@@ -69,6 +80,37 @@ def run_seed(out: Path, seed: int, sft_model: str | None, threads: int, extra: d
     return result
 
 
+def _setting(run: dict) -> str:
+    """How a run differs from the default: its torch threads and trainer.forward (from its overrides)."""
+    values = dict(o.split("=", 1) for o in run["distill"]["overrides"] if "=" in o)
+    threads = values.get("num_threads", "1")
+    return f"{values.get('trainer.forward', 'lean')}, {threads} thread{'' if threads == '1' else 's'}"
+
+
+def table(results: list[dict]) -> str:
+    """The markdown table of the runs in ``results`` (``results.json`` contents): a row per seed
+    and setting, each metric as stage 1 → after stage 2, and a last row with each after-value's
+    range over the rows."""
+    heads = ["seed", "forward, threads", *(h for _, _, h in COLUMNS), "stage 2 minutes"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    runs = [run for result in results for run in result["runs"]]
+    for run in runs:
+        cells = [
+            f"{run['before'][f'{lv}_{m}']:.3f} → {run['after'][f'{lv}_{m}']:.3f}" for lv, m, _ in COLUMNS
+        ]
+        lines.append(
+            f"| {run['seed']} | {_setting(run)} | "
+            + " | ".join(cells)
+            + f" | {run['distill']['minutes']:.1f} |"
+        )
+    spans = []
+    for lv, m, _ in COLUMNS:
+        after = [run["after"][f"{lv}_{m}"] for run in runs]
+        spans.append(f"{min(after):.3f}–{max(after):.3f}")
+    lines.append(f"| all {len(runs)} | after stage 2 | " + " | ".join(spans) + " | |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="work/decision_intent")
@@ -77,7 +119,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sft-override", action="append", default=[])
     parser.add_argument("--distill-override", action="append", default=[])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--table", nargs="+", metavar="RESULTS", help="print the table of these results.json files"
+    )
     args = parser.parse_args(argv)
+    if args.table:
+        results = [json.loads(Path(p).read_text()) for p in args.table]
+        print(table(results), end="")
+        return {"table": results}
     out = Path(args.out)
     extra = {"sft": args.sft_override, "distill": args.distill_override}
     runs = [run_seed(out, seed, args.sft_model, args.threads, extra) for seed in args.seeds]
