@@ -221,10 +221,13 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
-    from toolbox.core.errors import ToolboxError
+    from toolbox.core.errors import ToolboxError, TrainingInterrupted
 
     try:
         return args.fn(args)
+    except TrainingInterrupted as e:  # the step in progress finished and was checkpointed
+        print(f"interrupted: {e}", file=sys.stderr)
+        return e.exit_code
     except ToolboxError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -248,11 +248,8 @@ class PPOEnvTrainer(BaseTrainer):
             self.strategy.unwrap(self.model).set_observation_statistics(*stats, clip=self.clip_obs)
 
     # lifecycle ----------------------------------------------------------------------------------
-    def fit(self) -> dict[str, float]:
-        try:
-            return super().fit()
-        finally:
-            self.envs.close()
+    def teardown(self) -> None:
+        self.envs.close()
 
     def extra_state(self) -> dict[str, Any]:
         return {

@@ -334,10 +334,8 @@ class PreferenceTrainer(BaseTrainer):
             metrics.update(self.preference_metrics(model, self.eval_examples))
         return metrics
 
-    def _finish(self) -> dict[str, float]:
-        if not self.evaluators:  # the base skeleton evaluates at the end only when evaluators are configured
-            self._evaluate()
-        return super()._finish()
+    def evaluates_at_end(self) -> bool:
+        return True  # evaluate() adds the held-out preference metrics, evaluators or not
 
     def preference_metrics(self, model: Any, examples: list[dict[str, Any]]) -> dict[str, float]:
         """Held-out loss, accuracy, margin and reward means, weighted by pairs (unpaired data: see

@@ -14,18 +14,17 @@ TRL's sigmoid no longer takes), ``robust_dpo`` (robust), ``ipo``, ``hinge``. Res
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolbox.core.errors import ConfigError
-from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
 from toolbox.data.datasets.preference import Preference
 from toolbox.objectives.preference import DPOLoss, HingeLoss, IPOLoss, RobustDPOLoss
+from toolbox.trainer.base import BaseTrainer
 from toolbox.trainer.preference import PreferenceTrainer
-from toolbox.trainer.trl_bridge import event_bridge
+from toolbox.trainer.trl_bridge import event_bridge, refuse_resume, run_trl_loop
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -71,6 +70,11 @@ class TRLDPOTrainer(PreferenceTrainer):
         max_eval_pairs: evaluate on the first this many held-out pairs (null: all).
         max_length: TRL's max_length (prompt + completion tokens).
     """
+
+    @classmethod
+    def from_builder(cls, parts: Any, **settings: Any) -> BaseTrainer:
+        refuse_resume(parts, "trl_dpo", "preference")
+        return super().from_builder(parts, **settings)
 
     def __init__(
         self,
@@ -165,15 +169,5 @@ class TRLDPOTrainer(PreferenceTrainer):
         trainer.remove_callback(PrinterCallback)  # our callbacks log; TRL's printer would repeat every step
         return trainer
 
-    def fit(self) -> dict[str, float]:
-        if self.cfg.get("resume_from"):
-            raise ConfigError(
-                "resume_from: trainer=trl_dpo cannot resume; use trainer=preference to resume runs."
-            )
-        self._prepare_run()
-        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=None)
-        trainer = self._trl_trainer()
-        self._last_log = time.perf_counter()
-        trainer.train()
-        self.step = int(trainer.state.global_step)
-        return self._finish()
+    def run_loop(self) -> None:
+        run_trl_loop(self)

@@ -12,17 +12,16 @@ Resuming (``resume_from``) is not supported.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolbox.core.errors import ConfigError
-from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
 from toolbox.data.datasets.tokenized import TokenizedFactory
+from toolbox.trainer.base import BaseTrainer
 from toolbox.trainer.supervised import SupervisedTrainer
-from toolbox.trainer.trl_bridge import event_bridge
+from toolbox.trainer.trl_bridge import event_bridge, refuse_resume, run_trl_loop
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -43,6 +42,11 @@ class TRLSFTTrainer(SupervisedTrainer):
         max_length: TRL's max_length (null: data.dataset.max_length).
         completion_only_loss: train on the completion tokens only (prompt/completion records).
     """
+
+    @classmethod
+    def from_builder(cls, parts: Any, **settings: Any) -> BaseTrainer:
+        refuse_resume(parts, "trl_sft", "supervised")
+        return super().from_builder(parts, **settings)
 
     def __init__(
         self,
@@ -126,15 +130,5 @@ class TRLSFTTrainer(SupervisedTrainer):
         trainer.remove_callback(PrinterCallback)
         return trainer
 
-    def fit(self) -> dict[str, float]:
-        if self.cfg.get("resume_from"):
-            raise ConfigError(
-                "resume_from: trainer=trl_sft cannot resume; use trainer=supervised to resume runs."
-            )
-        self._prepare_run()
-        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=None)
-        trainer = self._trl_trainer()
-        self._last_log = time.perf_counter()
-        trainer.train()
-        self.step = int(trainer.state.global_step)
-        return self._finish()
+    def run_loop(self) -> None:
+        run_trl_loop(self)
