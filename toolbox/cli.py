@@ -231,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     except ToolboxError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a write the user's choice of folder or disk made fail: one line, no traceback
+        from toolbox.core.output import USER_ERRNOS, describe
+
+        if e.errno not in USER_ERRNOS:
+            raise
+        print(f"error: {describe(e, e.filename or '?')}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -36,3 +36,7 @@ class TrainingInterrupted(ToolboxError):
     def __init__(self, message: str, exit_code: int = 130) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class OutputError(ToolboxError):
+    """An output could not be written: a read-only folder, a full disk, a file in the way."""

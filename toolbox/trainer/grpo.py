@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import ADVANTAGES, TRAINERS
@@ -107,19 +108,19 @@ class GRPOTrainer(BaseTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        prompts_per_step: int = 8,
-        num_generations: int = 4,
-        max_completion_length: int = 16,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        ppo_epochs: int = 1,
-        minibatch_size: int | None = None,
-        micro_batch_size: int | None = None,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        prompts_per_step: AtLeastOne = 8,
+        num_generations: AtLeastOne = 4,
+        max_completion_length: AtLeastOne = 16,
+        temperature: PositiveFloat = 1.0,
+        top_p: Fraction = 1.0,
+        top_k: NonNegativeInt = 0,
+        ppo_epochs: AtLeastOne = 1,
+        minibatch_size: AtLeastOne | None = None,
+        micro_batch_size: AtLeastOne | None = None,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
         rewards: dict[str, Any] | None = None,
         reward_on_error: Literal["skip", "zero", "raise"] = "skip",
@@ -130,7 +131,7 @@ class GRPOTrainer(BaseTrainer):
         seed_sampling: bool = True,
         activation_checkpointing: bool = False,
         dynamic_sampling: bool = False,
-        max_sampling_draws: int = 4,
+        max_sampling_draws: AtLeastOne = 4,
     ) -> None:
         super().__init__(
             parts,

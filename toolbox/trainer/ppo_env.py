@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ADVANTAGES, TRAINERS
 from toolbox.objectives.base import ActorCriticObjective
@@ -72,17 +73,17 @@ class PPOEnvTrainer(BaseTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        num_steps: int = 128,
-        num_minibatches: int = 4,
-        update_epochs: int = 4,
+        max_steps: AtLeastOne = 100,
+        num_steps: AtLeastOne = 128,
+        num_minibatches: AtLeastOne = 4,
+        update_epochs: AtLeastOne = 4,
         advantage: dict[str, Any] | None = None,
         bootstrap_truncated: bool = True,
-        target_kl: float | None = None,
-        max_grad_norm: float = 0.5,
-        return_window: int = 20,
-        eval_every: int = 0,
-        save_every: int = 0,
+        target_kl: PositiveFloat | None = None,
+        max_grad_norm: NonNegativeFloat = 0.5,
+        return_window: AtLeastOne = 20,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
     ) -> None:
         super().__init__(
             parts,

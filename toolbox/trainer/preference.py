@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
@@ -87,17 +88,17 @@ class PreferenceTrainer(BaseTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        batch_size: int = 8,
-        grad_accum_steps: int = 1,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        batch_size: AtLeastOne = 8,
+        grad_accum_steps: AtLeastOne = 1,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
         precompute_ref_logprobs: bool = False,
         reference_path: str | None = None,
-        eval_batch_size: int = 64,
-        max_eval_pairs: int | None = None,
+        eval_batch_size: AtLeastOne = 64,
+        max_eval_pairs: AtLeastOne | None = None,
         forward: Literal["lean", "exact", "model"] = "lean",
         activation_checkpointing: bool = False,
     ) -> None:

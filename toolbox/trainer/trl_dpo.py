@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
@@ -79,18 +80,18 @@ class TRLDPOTrainer(PreferenceTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        batch_size: int = 8,
-        grad_accum_steps: int = 1,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        batch_size: AtLeastOne = 8,
+        grad_accum_steps: AtLeastOne = 1,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
         precompute_ref_logprobs: bool = False,
         reference_path: str | None = None,
-        eval_batch_size: int = 64,
-        max_eval_pairs: int | None = None,
-        max_length: int | None = None,
+        eval_batch_size: AtLeastOne = 64,
+        max_eval_pairs: AtLeastOne | None = None,
+        max_length: AtLeastOne | None = None,
     ) -> None:
         self.loss_type, self.beta, self.label_smoothing = trl_loss(parts.objective)
         super().__init__(

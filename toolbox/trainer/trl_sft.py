@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
@@ -51,14 +52,14 @@ class TRLSFTTrainer(SupervisedTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        batch_size: int = 8,
-        grad_accum_steps: int = 1,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        batch_size: AtLeastOne = 8,
+        grad_accum_steps: AtLeastOne = 1,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
-        max_length: int | None = None,
+        max_length: AtLeastOne | None = None,
         completion_only_loss: bool = True,
     ) -> None:
         super().__init__(
