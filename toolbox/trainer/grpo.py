@@ -13,15 +13,15 @@ One ``train_step`` is one rollout round::
               objective's clipped loss against the old log-probs (computed once per round, and only
               when there is more than one update per round) and, when the objective's beta > 0, the
               frozen reference's log-probs (computed once per round, without grad)
-    sync      the engine sees the new weights: the default torch engine shares the policy model (its
-              parameters are the engine's, nothing is copied); any other engine gets
-              ``update_weights`` with the trained parameters after each optimizer step
+    sync      the engine sees the new weights: the default torch engine shares the policy's parameters
+              (nothing is copied); any other engine gets ``update_weights`` after each optimizer step
 
-The builder makes the engine (``parts.engine`` from the ``engine`` node; without one the torch
-engine sharing the policy, ``default_engine``) and the frozen reference (``parts.reference_model``)
-when the objective needs it. Each optimizer step is the base's; the scheduler steps once per round.
+One step's files, in order: ``data/loader.py`` · ``rl/rollouts.py`` → ``serving/engine.py`` →
+``serving/engines/torch_engine.py`` (runner, scheduler) · ``rewards/composite.py`` · ``rl/advantages.py``
+(``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py`` → ``trainer/base.py``
+(``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round.
 Metrics: per reward component mean/std/errors, reward mean/std, KL to the reference, clip fractions,
-entropy, completion lengths, timings, rollout tokens per second (and ``sampling/*``: dynamic sampling).
+entropy, completion lengths, timings, rollout tokens/s (``sampling/*``: dynamic sampling).
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ One trainer step is one PPO iteration::
                 one optimizer step each (BaseTrainer.backward / optimizer_step), stopping the
                 passes early once approx_kl > target_kl
 
+Files one step crosses, in order: ``rl/envs.py`` (the vectorised environments) → the model's
+``act`` (``nn/models/actor_critic.py``) → ``rl/buffers.py`` (the rollout) → ``rl/advantages.py`` (GAE)
+→ ``objectives/actor_critic.py`` (the clipped PPO loss) → ``trainer/base.py`` (``backward``,
+``optimizer_step``) → ``trainer/callbacks/``.
+
 so ``trainer.max_steps`` counts iterations and the environment steps are
 ``max_steps × num_steps × env.num_envs``. The scheduler steps once per iteration (BaseTrainer), so
 ``scheduler: {name: linear, warmup_steps: 0, min_lr_ratio: 0.0}`` is CleanRL's ``anneal_lr``.

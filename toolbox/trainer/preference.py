@@ -11,6 +11,11 @@ Each step, per micro-batch of ``B`` pairs (the ``preference`` collator's concate
 3. the objective turns them into a loss; gradients of all micro-batches are summed and divided
    by the pair count (so accumulation equals one large batch), clipped, stepped.
 
+Files one step crosses, in order: ``data/loader.py`` → ``data/collators/preference.py`` (unpaired:
+``unpaired_preference.py``) → ``nn/llama_training.py`` (policy and reference forwards) →
+``objectives/logprobs.py`` (completion sums) → ``objectives/preference.py`` (or ``dpo_family.py``,
+``kto.py``: the loss) → ``trainer/base.py`` (``backward``, ``optimizer_step``) → ``trainer/callbacks/``.
+
 The reference is a frozen copy of the policy as built (before any resume, so a resumed run gets
 the same reference: the builder's model is seeded, or loaded from ``model.path``), or the model at
 ``reference_path``. Evaluation adds ``eval/accuracy`` (the fraction of held-out pairs whose chosen

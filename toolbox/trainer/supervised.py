@@ -1,4 +1,11 @@
-"""The supervised trainer: gradient-accumulated objective(model, batch); the base steps the optimizer."""
+"""The supervised trainer: gradient-accumulated objective(model, batch); the base steps the optimizer.
+
+One step, the files it crosses in order: ``data/loader.py`` (the next shuffled batch) →
+``data/collators/`` (the run's collator pads it) → ``nn/llama_training.py`` (the lean forward of
+a Hugging Face Llama-layout model; other models their own ``forward``) → ``objectives/supervised.py``
+(the loss summed over items) → ``trainer/base.py`` (``backward``, ``optimizer_step``: normalise,
+clip, step) → ``trainer/callbacks/`` (STEP_END: log, checkpoint).
+"""
 
 from __future__ import annotations
 
