@@ -53,7 +53,15 @@ def setup(args, *extra: str):
 def bench_toolbox(args, clock: StepClock) -> None:
     from toolbox.core.events import Event
 
-    parts = setup(args, f"trainer.forward={args.forward}").build()
+    packing = []
+    if (
+        args.packing
+    ):  # several examples a row, attention kept to each (no compute on padding but the rows' ends)
+        packing = [
+            "data.collator.name=packing",
+            f"data.collator.max_length={SIZES[args.size].max_length or 32}",
+        ]
+    parts = setup(args, f"trainer.forward={args.forward}", *packing).build()
     parts.trainer.bus.subscribe(Event.STEP_END, lambda d: clock.step_done())
     parts.trainer.fit()
 
@@ -139,8 +147,10 @@ def bench_trl_sft(args, clock: StepClock) -> None:
         **hf_arguments(args),
         activation_checkpointing=False,
         completion_only_loss=True,
-        max_length=SIZES[args.size].max_length or 64,
+        # padding-free TRL refuses a max_length it would not enforce (our tokenized examples fit it anyway)
+        max_length=None if args.packing else SIZES[args.size].max_length or 64,
         packing=False,
+        padding_free=args.packing,  # TRL's own way of not computing on padding
     )
     trainer = SFTTrainer(
         model=parts.model,
@@ -163,6 +173,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument(
         "--forward", default="lean", choices=["lean", "exact", "model"], help="toolbox's trainer.forward"
+    )
+    parser.add_argument(
+        "--packing",
+        action="store_true",
+        help="ours with the packing collator, TRL with padding_free=True (HF Trainer stays padded)",
     )
     parser.add_argument("--peers", nargs="+", choices=sorted(PEERS), default=sorted(PEERS))
     common_arguments(parser)
@@ -207,7 +222,8 @@ def main(argv: list[str] | None = None) -> dict:
         ratios[f"vs_{name}"] = rounds.ratio("toolbox", name, "tokens_per_s")
         ratios[f"vs_{name}_cpu"] = rounds.ratio("toolbox", name, "tokens_per_cpu_s")
     row = {
-        "title": f"SFT, {args.size} model, batch {args.batch_size}, `trainer.forward={args.forward}`",
+        "title": f"SFT, {args.size} model, batch {args.batch_size}, `trainer.forward={args.forward}`"
+        + (", packed (TRL padding-free)" if args.packing else ""),
         "figure": "tokens_per_s",
         "unit": "useful tok/s",
         "mfu": True,
