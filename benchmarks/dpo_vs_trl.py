@@ -37,6 +37,11 @@ def build(args):
         *size.tokenizer(),
         *args.settings.overrides(),
         "data=arithmetic_pairs",
+        *(
+            ["data.collator.name=preference_packed", f"data.collator.max_length={args.pack_length}"]
+            if args.packing
+            else []
+        ),
         "trainer=preference",
         "objective=dpo",
         f"objective.beta={args.beta}",
@@ -102,6 +107,7 @@ def bench_trl(parts, initial_state, args, clock: StepClock) -> None:
         disable_tqdm=True,
         max_length=SIZES[args.size].max_length or 32,
         precompute_ref_log_probs=args.precompute,
+        padding_free=args.packing,  # TRL's own way of not computing on padding
     )
     # TRL builds its reference by reloading the policy's hub id; a model built from a config has none,
     # so it gets the same frozen copy of the initial weights that ours makes
@@ -125,9 +131,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--precompute", action="store_true", help="both precompute the reference log-probs")
+    parser.add_argument(
+        "--packing", action="store_true", help="ours with preference_packed, TRL with padding_free=True"
+    )
+    parser.add_argument(
+        "--pack-length",
+        type=int,
+        default=None,
+        help="tokens per packed row (ours; default: tiny 64, 85m 512)",
+    )
     common_arguments(parser)
     args = parser.parse_args(argv)
     args.batch_size = args.batch_size or (16 if args.size == "tiny" else SIZES[args.size].batch_size)
+    args.pack_length = args.pack_length or SIZES[args.size].max_length or 64
     args.settings = settings_from(args)
     report = Report("dpo_vs_trl", args, args.settings)
 
@@ -176,7 +192,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     row = {
         "title": f"DPO, {args.size} model, batch {args.batch_size}, "
-        + ("precomputed reference" if args.precompute else "per-batch reference"),
+        + ("precomputed reference" if args.precompute else "per-batch reference")
+        + (f", packed in rows of {args.pack_length} (TRL padding-free)" if args.packing else ""),
         "figure": "steps_per_s",
         "unit": "steps/s",
         "mfu": True,
