@@ -10,11 +10,9 @@ Each step, per micro-batch of ``B`` pairs (the ``preference`` collator's concate
    reference without grad; objectives that need no reference (SimPO, ORPO) skip it;
 3. the objective turns them into a loss; gradients of all micro-batches are summed and divided
    by the pair count (so accumulation equals one large batch), clipped, stepped.
-
-Files one step crosses, in order: ``data/loader.py`` → ``data/collators/preference.py`` (unpaired:
-``unpaired_preference.py``) → ``nn/llama_training.py`` (policy and reference forwards) →
-``objectives/logprobs.py`` (completion sums) → ``objectives/preference.py`` (or ``dpo_family.py``,
-``kto.py``: the loss) → ``trainer/base.py`` (``backward``, ``optimizer_step``) → ``trainer/callbacks/``.
+Files, in order: ``data/loader.py`` → ``data/collators/preference.py`` (``unpaired_preference.py``)
+→ ``nn/llama_training.py`` → ``objectives/logprobs.py`` → ``objectives/preference.py`` (``kto.py``)
+→ ``trainer/base.py`` (``backward``, ``optimizer_step``) → ``trainer/callbacks/``.
 
 The reference is a frozen copy of the policy as built (before any resume, so a resumed run gets
 the same reference: the builder's model is seeded, or loaded from ``model.path``), or the model at
@@ -30,8 +28,7 @@ desirable examples, ``rewards/rejected`` / ``logps/rejected`` over the undesirab
 ``rewards/margins``, ``count/chosen`` / ``count/rejected``, and ``accuracy`` (the fraction of examples
 whose log-ratio lies on their label's side of z₀). Means over micro-batches (and, in evaluation, over
 held-out chunks) are weighted by the examples each mean is over. With ``precompute_ref_logprobs``
-each example's reference log-prob is computed once; the reference stays for the mismatched rows,
-which change with each shuffled batch.
+each example's reference log-prob is computed once (the reference stays for the mismatched rows).
 """
 
 from __future__ import annotations
