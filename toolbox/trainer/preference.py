@@ -10,9 +10,8 @@ Each step, per micro-batch of ``B`` pairs (the ``preference`` collator's concate
    reference without grad; objectives that need no reference (SimPO, ORPO) skip it;
 3. the objective turns them into a loss; gradients of all micro-batches are summed and divided
    by the pair count (so accumulation equals one large batch), clipped, stepped.
-Files, in order: ``data/loader.py`` → ``data/collators/preference.py`` (``unpaired_preference.py``)
-→ ``nn/llama_training.py`` → ``objectives/logprobs.py`` → ``objectives/preference.py`` (``kto.py``)
-→ ``trainer/base.py`` (``backward``, ``optimizer_step``) → ``trainer/callbacks/``.
+Files, in order: ``data/loader.py`` → ``data/collators/preference.py`` → ``nn/llama_training.py``
+→ ``objectives/logprobs.py`` → ``objectives/preference.py`` (``kto.py``) → ``trainer/base.py``.
 
 The reference is a frozen copy of the policy as built (before any resume, so a resumed run gets
 the same reference: the builder's model is seeded, or loaded from ``model.path``), or the model at
