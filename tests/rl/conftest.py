@@ -26,7 +26,7 @@ def solve(prompt: str) -> str:
     replies = re.findall(r"<\|tool\|>([^<]*)<\|eos\|>", prompt)
     question = re.findall(r"<\|user\|>([^<]*)<\|eos\|>", prompt)[-1]
     if "inventory" in question:
-        item = re.search(r"Look the (\w+) up", question)[1]
+        item = re.search(r"find the (\w+) in", question)[1]
         b = re.findall(r"\d+", question)[0]
         op = "+" if "more" in question else "-" if "sells" in question else "*"
         if not replies:
@@ -99,7 +99,7 @@ def tool_tokenizer():
     records = arithmetic_tools(num_train=40, num_test=8, digits=2, fixed_width=True, templates=3)
     texts = [json.dumps(r["messages"]) + r["tools"] + r["tool_call_text"] for r in records.train]
     extra = json.dumps([LOOKUP, *TOOLS]) + "How many does the store have after it gets sells The packs each "
-    extra += "of its with labels. labels does need? Look up in the inventory first. lookup item error"
+    extra += "of its with labels. labels does need? first find in the inventory. lookup item error"
     return TOKENIZERS.build({"name": "char"}, corpus=[*texts, extra, "The answer is 0123456789-."])
 
 

@@ -46,7 +46,7 @@ class CalculatorEnv(ToolEnv):
 
     def run_tool(self, name: str, arguments: str) -> str:
         if name != "calculator":
-            return f"error: unknown tool {name!r}; the tool is calculator"
+            return f"error: unknown tool {name!r}, the tool is calculator"
         return calculate(call_expression(arguments))
 
     def score_answer(self, content: str) -> tuple[float, dict[str, Any]]:

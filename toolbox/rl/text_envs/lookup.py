@@ -3,8 +3,8 @@
 Made from an ``arithmetic_tools`` record (``expression`` ``a<op>b``, ``answer``): the first operand
 is hidden in an inventory the model reads with the ``lookup`` tool, the second is in the question::
 
-    user: How many pens does the store have after it gets 17 more? Look the pens up in the
-          inventory first.
+    user: How many pens does the store have after it gets 17 more? first find the pens in the
+          inventory.
     assistant -> lookup({"item": "pens"})            tool: 45
     assistant -> calculator({"expression": "45+17"}) tool: 62
     assistant: The answer is 62.
@@ -72,7 +72,8 @@ class LookupCalculatorEnv(ToolEnv):
         others = [ITEMS[(h + k) % len(ITEMS)] for k in (1, 3, 5)]
         self.inventory = {self.item: a, **{o: 10 + (h >> (4 * k)) % 90 for k, o in enumerate(others)}}
         question = QUESTIONS[op].format(item=self.item, b=b)
-        return [{"role": "user", "content": f"{question} Look the {self.item} up in the inventory first."}]
+        # (only characters of the arithmetic_tools corpus, which a char tokenizer of the run knows)
+        return [{"role": "user", "content": f"{question} first find the {self.item} in the inventory."}]
 
     def tools(self) -> list[dict[str, Any]]:
         return [LOOKUP, *TOOLS]
@@ -81,13 +82,13 @@ class LookupCalculatorEnv(ToolEnv):
         if name == "calculator":
             return calculate(call_expression(arguments))
         if name != "lookup":
-            return f"error: unknown tool {name!r}; the tools are lookup and calculator"
+            return f"error: unknown tool {name!r}, the tools are lookup and calculator"
         try:
             item = str(json.loads(arguments).get("item", ""))
         except (ValueError, TypeError, AttributeError):
             item = ""
         if item not in self.inventory:
-            return f"error: no item {item!r}; the inventory has {', '.join(sorted(self.inventory))}"
+            return f"error: no item {item!r}, the inventory has {' '.join(sorted(self.inventory))}"
         return str(self.inventory[item])
 
     def score_answer(self, content: str) -> tuple[float, dict[str, Any]]:
