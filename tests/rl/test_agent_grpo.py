@@ -164,3 +164,23 @@ def test_traces_show_and_to_dataset_train(scripted, tmp_path, capsys):
                  f"run_dir={tmp_path}/sft"])  # fmt: skip
     result = sft.trainer.fit()
     assert sft.trainer.step == 3 and result is not None
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    """Two rounds, then two more from the checkpoint, equal four uninterrupted (tasks, sampling seeds
+    and the environment are functions of the step and the record: nothing else to restore)."""
+    common = [*SMALL, "data.dataset.name=prompt_only", "data.source.num_train=32", "optimizer.lr=1e-2",
+              "trainer.temperature=1.5", "trainer=agent_grpo", "trainer.env.name=_test_one_turn_digit",
+              "++trainer.env.max_tokens=8", "trainer.max_reply_tokens=8", "trainer.max_steps=4"]  # fmt: skip
+    full = build([*common, f"run_dir={tmp_path / 'full'}"])
+    full.trainer.fit()
+    first = build([*common, f"run_dir={tmp_path / 'split'}", "trainer.max_steps=2"])
+    first.trainer.fit()
+    second = build([*common, f"run_dir={tmp_path / 'split'}", "resume_from=auto"])
+    second.trainer.fit()
+    assert second.trainer.step == 4
+    for (n, a), b in zip(full.model.named_parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(a, b), n
+    assert any(
+        not torch.equal(a, b) for a, b in zip(full.model.parameters(), first.model.parameters(), strict=True)
+    )
