@@ -184,3 +184,20 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert any(
         not torch.equal(a, b) for a, b in zip(full.model.parameters(), first.model.parameters(), strict=True)
     )
+
+
+def test_agent_grpo_experiment_runs_end_to_end_at_tiny_scale(tmp_path):
+    """experiment=agent_grpo from a saved model (a random tiny one here, as agent_sft's would be):
+    one round, the tool_calls evaluator at the end, the episodes traced in the run folder."""
+    start = build([*AGENT, f"run_dir={tmp_path / 'start'}"])
+    start.model.save_pretrained(tmp_path / "model")
+    start.tokenizer.save_pretrained(tmp_path / "model")
+    start.trainer.teardown()
+    run = build(["experiment=agent_grpo", f"model.path={tmp_path / 'model'}", f"tokenizer.path={tmp_path / 'model'}",
+                 "device=cpu", "callbacks=none", "data.source.num_train=32", "data.source.num_test=4",
+                 "trainer.max_steps=1", "trainer.prompts_per_step=2", "trainer.num_generations=2",
+                 "trainer.max_reply_tokens=8", "eval.tool_calls.max_examples=2",
+                 "eval.tool_calls.max_new_tokens=8", f"run_dir={tmp_path / 'run'}"])  # fmt: skip
+    metrics = run.trainer.fit()
+    assert run.trainer.step == 1 and "eval/tool_call_success" in metrics
+    assert (tmp_path / "run" / "traces.sqlite").is_file()
