@@ -55,8 +55,10 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import atomic_write_text
     from toolbox.core.errors import ConfigError
+    from toolbox.eval.harness.evaluators import split_harness_options, use_harness
     from toolbox.eval.run import evaluate_model
 
+    args.overrides, harness = split_harness_options(args.overrides)  # backend=lm_eval task=...
     if args.run:
         run = Path(args.run)
         if not (run / "config.yaml").is_file():
@@ -65,6 +67,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.config:
         raise ConfigError("toolbox eval needs --run DIR (a trained run) or --config FILE with --model DIR.")
     cfg = _config(args, validate=False, data_dir=args.data)
+    if harness:
+        use_harness(cfg, harness)
     model = Path(args.model) if args.model else Path(args.run) / "model" if args.run else None
     if model is None:
         raise ConfigError("--model: which model folder to evaluate? (with --run it defaults to <run>/model)")
@@ -165,7 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_data)
 
     p = sub.add_parser("eval", help="evaluate a trained model; writes eval.json")
-    p.add_argument("overrides", nargs="*", help="key=value overrides (eval.exact_match.max_examples=100)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value overrides (eval.exact_match.max_examples=100); backend=lm_eval|inspect_ai "
+        "task=arithmetic|gsm8k|FILE.yaml [engine=hf|torch] [base_url=URL] [max_examples=N]: one harness task",
+    )
     p.add_argument("--run", help="a trained run directory (its config.yaml and model/)")
     p.add_argument("--config", help="a composed config.yaml (default: <run>/config.yaml)")
     p.add_argument("--data", help="the output folder of `toolbox data` to evaluate on")

@@ -45,7 +45,10 @@ TRAINERS = Registry(
         "toolbox.trainer.ppo_env",
     ),
 )
-CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks", "toolbox.memory.writer"))
+CALLBACKS = Registry(
+    "callback",
+    modules=("toolbox.trainer.callbacks", "toolbox.memory.writer", "toolbox.eval.harness.callback"),
+)
 STRATEGIES = Registry(
     "strategy", modules=("toolbox.distributed.single", "toolbox.distributed.ddp", "toolbox.distributed.fsdp")
 )
@@ -63,6 +66,7 @@ EVALUATORS = Registry(
         "toolbox.eval.graph",
         "toolbox.eval.episodes",
         "toolbox.eval.tool_calls",
+        "toolbox.eval.harness.evaluators",
     ),
 )
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
