@@ -157,8 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="the output folder of `toolbox data` (else the data are built in process)")
     p.add_argument("--out", help="run directory (overrides run_dir)")
     p.set_defaults(fn=cmd_train)
+    from toolbox.launch.command import add_launch_parser, add_run_folder_flags  # toolbox launch
 
-    from toolbox.launch.command import add_launch_parser  # toolbox launch: local, torchrun, slurm, sweeps
+    add_run_folder_flags(p)
 
     add_launch_parser(sub, OVERRIDES_HELP)
 
