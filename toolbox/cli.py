@@ -96,9 +96,16 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from toolbox.eval.plot import plot_metrics
+    if len(args.runs) > 1:  # several runs: overlaid, one PNG per metric
+        from toolbox.eval.compare_plot import compare_runs
 
-    for path in plot_metrics(Path(args.run), Path(args.out) if args.out else None):
+        out = Path(args.out) if args.out else Path(args.runs[0]).parent / "compare"
+        paths = compare_runs([Path(r) for r in args.runs], out)
+    else:
+        from toolbox.eval.plot import plot_metrics
+
+        paths = plot_metrics(Path(args.runs[0]), Path(args.out) if args.out else None)
+    for path in paths:
         print(path)
     return 0
 
@@ -216,9 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the Markdown here")
     p.set_defaults(fn=cmd_catalog)
 
-    p = sub.add_parser("plot", help="draw a run's metrics as PNG curves")
-    p.add_argument("run", help="the run directory (holds metrics.jsonl)")
-    p.add_argument("--out", help="folder for the PNGs (default: <run>/plots)")
+    p = sub.add_parser("plot", help="draw a run's metrics as PNG curves; several runs: overlaid")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (hold metrics.jsonl, eval.json)")
+    p.add_argument(
+        "--out", help="folder for the PNGs (default: <run>/plots; several runs: <first run's parent>/compare)"
+    )
     p.set_defaults(fn=cmd_plot)
 
     p = sub.add_parser(
