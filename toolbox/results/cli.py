@@ -96,6 +96,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         expect_run=args.expect_run,
         expect=parse_expect(args.expect) if args.expect else None,
         metrics=[m for m in (args.metrics or "").split(",") if m],
+        folders=[Path(f) for f in args.folders],
     ):
         print(path)
     return 0
@@ -176,6 +177,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("report", help="result tables (Markdown, HTML) generated from the runs' eval JSON")
+    p.add_argument(
+        "folders", nargs="*", metavar="RUN_DIR",
+        help="run folders holding an eval.json (any run, `toolbox train`'s too); default: config's runs",
+    )  # fmt: skip
     p.add_argument("--config", default="config/config.yaml", help="the workflow's runs and their expect:")
     p.add_argument("--root", default=".", help="the folder holding results/<run>/ (default: here)")
     p.add_argument(
