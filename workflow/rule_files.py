@@ -13,7 +13,7 @@ from pathlib import Path
 from string import Formatter
 
 from runs import entry_values, path_templates
-from stages import BY_NAME, PRODUCER, REPO, STAGES, Stage
+from stages import PRODUCER, REPO, STAGES, Stage
 
 RULES_DIR = "workflow/rules"
 HEADER = """\
@@ -106,9 +106,9 @@ def _field(stage: Stage, name: str) -> str:
         return f"{{params.{name}}}"
     template = paths[name]
     for key, dep in stage.deps.items():
-        # a dep read through compose that compose does not write is the path itself: before compose
-        # has run, Snakemake shows compose's output in its place (snakemake -n -p)
-        through = key in stage.after_compose and PRODUCER.get(dep, (None,))[0] is not BY_NAME["compose"]
+        # a dep read through compose is the path itself: before compose has run, Snakemake shows
+        # compose's first output in its place (snakemake -n -p)
+        through = key in stage.after_compose
         if dep == template and snakemake_input(dep) == dep and not _is_source_folder(dep) and not through:
             return f"{{input.{key}}}"
     for key, out in stage.outs.items():
