@@ -114,7 +114,7 @@ def make_copy(root: Path, runs: dict) -> Path:
     shutil.copytree(REPO / "toolbox" / "configs", root / "toolbox" / "configs")
     (root / "config").mkdir()
     (root / "config" / "config.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
-    subprocess.run([sys.executable, "workflow/stages.py", "dvc"], cwd=root, check=True, capture_output=True)
+    subprocess.run([sys.executable, "workflow/generate.py", "dvc"], cwd=root, check=True, capture_output=True)
     return root
 
 
