@@ -104,7 +104,7 @@ def test_catalog_lists_every_registry_with_fields():
     assert "### `optimizer: adamw`" in text
     # module:line
     assert re.search(r"`toolbox/trainer/optim\.py:\d+` — AdamW with decoupled weight decay", text)
-    assert "| `weight_decay` | `float` | `0.0` | decoupled weight decay" in text
+    assert "| `weight_decay` | `float >= 0` | `0.0` | decoupled weight decay" in text
     assert "### `model: tiny_llama`" in text
 
 

@@ -51,7 +51,7 @@ def test_misspelt_nested_component_key():
 
 def test_wrong_type_names_the_key():
     cfg = load_config(["trainer.max_steps=lots"])
-    with pytest.raises(ConfigError, match=r"trainer.max_steps: expected int, got 'lots'"):
+    with pytest.raises(ConfigError, match=r"trainer.max_steps: expected int >= 1, got 'lots'"):
         validate_config(cfg)
 
 

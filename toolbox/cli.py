@@ -296,12 +296,22 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     args = parse_args(build_parser(), argv)
-    from toolbox.core.errors import ToolboxError
+    from toolbox.core.errors import ToolboxError, TrainingInterrupted
 
     try:
         return args.fn(args)
+    except TrainingInterrupted as e:  # the step in progress finished and was checkpointed
+        print(f"interrupted: {e}", file=sys.stderr)
+        return e.exit_code
     except ToolboxError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a write the user's choice of folder or disk made fail: one line, no traceback
+        from toolbox.core.output import USER_ERRNOS, describe
+
+        if e.errno not in USER_ERRNOS:
+            raise
+        print(f"error: {describe(e, e.filename or '?')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -25,3 +25,18 @@ class DataError(ToolboxError):
 
 class CheckpointError(ToolboxError):
     """No usable checkpoint could be loaded."""
+
+
+class TrainingInterrupted(ToolboxError):
+    """SIGINT or SIGTERM stopped a training after it checkpointed its current step.
+
+    ``exit_code`` is the shell's for that signal (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class OutputError(ToolboxError):
+    """An output could not be written: a read-only folder, a full disk, a file in the way."""

@@ -211,7 +211,7 @@ def _signature(obj: Callable[..., Any]) -> inspect.Signature:
 def _hints(obj: Callable[..., Any]) -> dict[str, Any]:
     target = obj.__init__ if inspect.isclass(obj) else obj
     try:
-        return typing.get_type_hints(target)
+        return typing.get_type_hints(target, include_extras=True)  # keep Annotated ranges
     except Exception:  # one unresolvable forward reference (a TYPE_CHECKING import): resolve one by one
         pass
     namespace = dict(getattr(inspect.unwrap(target), "__globals__", {}))
@@ -309,9 +309,22 @@ def check_type(value: Any, annotation: Any, path: str) -> Any:
 def _type_name(annotation: Any) -> str:
     if annotation is Any:
         return "any"
+    if typing.get_origin(annotation) is typing.Annotated:  # a range from toolbox.core.bounds
+        base, *meta = typing.get_args(annotation)
+        return f"{_type_name(base)} {', '.join(_bound_text(m) for m in meta)}"
+    args = typing.get_args(annotation)
+    if any(typing.get_origin(a) is typing.Annotated for a in args):  # AtLeastOne | None
+        return " | ".join("None" if a is type(None) else _type_name(a) for a in args)
     if isinstance(annotation, type) and not typing.get_args(annotation):
         return annotation.__name__
     return str(annotation).replace("typing.", "")
+
+
+def _bound_text(meta: Any) -> str:
+    for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if hasattr(meta, attr):
+            return f"{op} {getattr(meta, attr)}"
+    return str(meta)
 
 
 def _arg_docs(doc: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from toolbox.core.errors import ConfigError
+from toolbox.core.output import check_output_dir
 from toolbox.experiment.schema import DATA_FACTS, TRAINER_INJECTED
 from toolbox.experiment.validate import validate_config
 
@@ -94,6 +95,8 @@ class ExperimentBuilder:
         )
 
         cfg = self.cfg
+        if with_trainer:  # a run that cannot write its outputs fails before any work
+            check_output_dir(cfg.run_dir)
         ctx = RunContext.from_env(cfg.run_dir, seed=cfg.seed, device=cfg.device)
         set_determinism(cfg.deterministic)
         if cfg.get("num_threads"):

@@ -185,7 +185,7 @@ def compose_run(
         bad = [o for o in overrides if "=" not in o or o.split("=", 1)[0].startswith(("+", "~"))]
         if bad:
             raise ConfigError(f"with --config only key=value overrides apply; got {bad[0]!r}.")
-        cfg = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(overrides))
+        cfg = OmegaConf.merge(load_yaml_config(path), OmegaConf.from_dotlist(overrides))
     else:
         cfg = load_config(overrides)
     if run_dir:
@@ -193,7 +193,30 @@ def compose_run(
     if data_dir:
         use_prepared_data(cfg, data_dir)
     if validate:
-        validate_config(cfg)
+        explicit = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+        validate_config(cfg, explicit)
+    return cfg
+
+
+def load_yaml_config(path: Path) -> DictConfig:
+    """A ``--config`` file: YAML holding a mapping, else a ``ConfigError`` naming line and column."""
+    import yaml
+
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(
+            f"--config: {path} is not valid YAML ({problem}{where}); fix it, or write it again with "
+            f"`toolbox compose --out {path}`."
+        ) from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(
+            f"--config: {path} holds a {type(cfg).__name__}, not a mapping of keys; write it with "
+            f"`toolbox compose --out {path}`."
+        )
     return cfg
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from toolbox.core.bounds import AtLeastOne
 from toolbox.core.errors import ConfigError
 
 
@@ -37,7 +38,7 @@ class RunSettings:
     device: str = "auto"
     deterministic: bool = True
     resume_from: str | None = None
-    num_threads: int | None = None
+    num_threads: AtLeastOne | None = None
 
 
 # What the builder injects (never set in a config): the one list that the builder, the validator

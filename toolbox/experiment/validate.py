@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 
 from omegaconf import DictConfig, OmegaConf
 
 from toolbox.core.errors import ConfigError
+from toolbox.experiment.relations import check_relations
 from toolbox.experiment.schema import (
     COMPONENT_MAPS,
     COMPONENT_NODES,
@@ -19,9 +21,10 @@ from toolbox.experiment.schema import (
 )
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """Check every key and type of a composed config before anything is built."""
-    from toolbox.core.registry import validate_kwargs
+def validate_config(cfg: DictConfig, explicit: Collection[str] = ()) -> None:
+    """Check every key, type and range of a composed config, and the relations between nodes
+    (``relations.py``; ``explicit``: the keys the command line set), before anything is built."""
+    from toolbox.core.registry import component_fields, validate_kwargs
 
     _check_required(cfg)
     unknown = set(cfg.keys()) - TOP_LEVEL - GROUP_KEYS
@@ -51,7 +54,9 @@ def validate_config(cfg: DictConfig) -> None:
         raise ConfigError("trainer: no trainer selected; add trainer=supervised (see `toolbox catalog`).")
     cls = registry_of("TRAINERS").get(trainer.get("name"), path="trainer.name")
     settings = {k: v for k, v in OmegaConf.to_container(trainer, resolve=True).items() if k != "name"}
-    validate_kwargs(cls, settings, "trainer", f"trainer '{trainer.name}'", TRAINER_INJECTED)
+    settings = validate_kwargs(cls, settings, "trainer", f"trainer '{trainer.name}'", TRAINER_INJECTED)
+    defaults = {f.name: f.default for f in component_fields(cls) if not f.required}
+    check_relations(cfg, {**defaults, **settings}, explicit)
 
 
 def _check_required(cfg: DictConfig) -> None:

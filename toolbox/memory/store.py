@@ -441,8 +441,8 @@ class EpisodicMemory:
         # each snapshot rewrites the whole index, so they come on a doubling schedule: after
         # flush_every changes or half the store, whichever is more (growing to 100k writes 175k
         # vectors' worth of index; a quarter wrote 250k, a tenth 550k). A reopen after a crash
-        # replays at most that many changes, in batches (IndexLog.replay; a reopen with 25,000
-        # pending adds 3.8 s, 4.4 s one add at a time, measured under load)
+        # replays at most that many changes, in batches (IndexLog.replay; timings in
+        # benchmarks/results/measurement_notes.md)
         if self._log.unsaved >= max(self.flush_every, self._count // 2):
             self.flush()
 

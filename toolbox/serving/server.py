@@ -350,10 +350,8 @@ def serve(
     )
     server = uvicorn.Server(config)
     # What exists now (model, engine, torch.compile's caches) lives as long as the server: collect
-    # once and move it out of the collector's sight, as vLLM does after start-up. Otherwise a full
-    # collection walks it all, holding the GIL: after the compiled decode attention's warm-up (394k
-    # objects) one took 264 ms (49-82 ms before it) and struck the first burst of requests here
-    # (mean TTFT 414-571 ms against 140-160 ms for the next bursts).
+    # once and move it out of the collector's sight, as vLLM does after start-up; otherwise a full
+    # collection walks it all holding the GIL (measured: benchmarks/results/measurement_notes.md).
     gc.collect()
     gc.freeze()
     # uvicorn re-raises the SIGTERM/SIGINT it handled once it has shut down gracefully; catch that

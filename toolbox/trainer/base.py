@@ -4,12 +4,18 @@
 
     _prepare_run   resume (resume_from=auto) · write config.yaml · setup()
                    (a failed resume writes nothing; a resumed FINISHED run returns at once)
-    loop:
+    run_loop()     the native loop (a backend with its own loop, TRL, replaces this one hook):
       STEP_START → train_step() → scheduler.step() → STEP_END(metrics)   # subclasses write train_step
       every eval_every → evaluate() → EVAL_END
       every save_every → save_checkpoint() → CHECKPOINT_SAVED
-    _finish        final eval · final checkpoint · EXPORT (final model) · FIT_END
-    teardown()     however fit ends (GRPO shuts its engine down)
+      SIGINT/SIGTERM → checkpoint at the current step → TrainingInterrupted (trainer/interrupt.py)
+    _finish        final eval (when evaluates_at_end()) · final checkpoint · EXPORT · FIT_END
+    teardown()     however fit ends (GRPO shuts its engine down, PPO closes its environments)
+
+Subclasses fill in public hooks only: ``train_step`` (required), ``setup``, ``teardown``,
+``evaluate``, ``evaluates_at_end``, ``extra_state``/``load_extra_state`` and, for a backend that
+brings its own loop, ``run_loop``; ``fit`` and the private steps of the skeleton are never
+overridden.
 
 The loop never logs and never writes metrics: it emits events, and callbacks observe them.
 
@@ -58,12 +64,14 @@ import torch
 
 from toolbox.core.atomic import atomic_write_text
 from toolbox.core.device import rng_state, set_rng_state
-from toolbox.core.errors import CheckpointError, ConfigError
+from toolbox.core.errors import CheckpointError, ConfigError, TrainingInterrupted
 from toolbox.core.events import Event, EventBus
 from toolbox.core.registry import registered_name
 from toolbox.nn.adapters import adapter_state_dict, is_adapted, with_base_weights
 from toolbox.objectives.base import Objective
+from toolbox.trainer.activation_checkpointing import enable_activation_checkpointing
 from toolbox.trainer.checkpoint import Checkpointer
+from toolbox.trainer.interrupt import StopOnSignal, agree_on_stop
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -158,12 +166,22 @@ class BaseTrainer(ABC):
                 self.strategy.barrier()
                 return dict(self.last_eval)
             self.bus.emit(Event.FIT_START, self, self.step, resumed_from=resumed_from)
+            self.run_loop()
+            return self._finish()
+        finally:
+            self.teardown()
+
+    def run_loop(self) -> None:
+        """Train from ``self.step`` to ``max_steps`` (or a stop request), emitting the step events.
+
+        SIGINT or SIGTERM lets the step in progress finish, saves a checkpoint at it and raises
+        ``TrainingInterrupted``; a second signal stops at once.
+        """
+        with StopOnSignal() as stop:
             while self.step < self.max_steps and not self.should_stop:
                 self.bus.emit(Event.STEP_START, self, self.step + 1)
                 metrics = self.train_step()
-                if (
-                    self.scheduler is not None
-                ):  # once per train step, after it: the step used the lr it reports
+                if self.scheduler is not None:  # once per train step, after it: the lr it reported
                     self.scheduler.step()
                 self.step += 1
                 self.bus.emit(Event.STEP_END, self, self.step, metrics)
@@ -171,11 +189,23 @@ class BaseTrainer(ABC):
                     self._evaluate()
                 if self.save_every and self.step % self.save_every == 0 and self.step < self.max_steps:
                     self.save_checkpoint()
-                if self.context.world_size > 1:  # one rank's stop request (early stopping) stops them all
-                    self.should_stop = self.strategy.all_reduce_sum(float(self.should_stop)) > 0
-            return self._finish()
-        finally:
-            self.teardown()
+                interrupted = stop.signal_name is not None
+                if self.context.world_size > 1:  # one rank's stop request or signal stops them all
+                    self.should_stop, interrupted = agree_on_stop(
+                        self.strategy, self.should_stop, interrupted
+                    )
+                if interrupted:
+                    self._save_and_stop(stop.signal_name or "a signal", stop.exit_code)
+
+    def _save_and_stop(self, signal_name: str, exit_code: int) -> None:
+        if self._latest_step() != self.step:
+            self.save_checkpoint()
+        self.strategy.barrier()
+        raise TrainingInterrupted(
+            f"{signal_name} at step {self.step}: checkpoint saved in {self.checkpointer.root}; "
+            "add resume_from=auto to the same command to continue.",
+            exit_code,
+        )
 
     def _prepare_run(self) -> int | None:
         """Resume, then write config.yaml and call ``setup``: a resume that fails (no usable
@@ -193,7 +223,7 @@ class BaseTrainer(ABC):
         return resumed_from
 
     def _finish(self) -> dict[str, float]:
-        if self.evaluators:
+        if self.evaluates_at_end():
             self._evaluate()
         if self.step > 0 and self._latest_step() != self.step:
             self.save_checkpoint()
@@ -214,7 +244,12 @@ class BaseTrainer(ABC):
         """Called once after resuming, before the first step."""
 
     def teardown(self) -> None:
-        """Called once when ``fit`` ends, however it ends (release engines, threads)."""
+        """Called once when ``fit`` ends, however it ends (release engines, threads, environments)."""
+
+    def evaluates_at_end(self) -> bool:
+        """Whether ``fit`` evaluates once more after the last step (default: when the run has
+        evaluators; a trainer whose ``evaluate`` adds its own metrics returns True)."""
+        return bool(self.evaluators)
 
     @abstractmethod
     def train_step(self) -> dict[str, float]:
@@ -358,15 +393,3 @@ class BaseTrainer(ABC):
         """Callbacks (early stopping) ask the loop to stop after the current step."""
         self.should_stop = True
         self.stop_reason = reason
-
-
-def enable_activation_checkpointing(model: torch.nn.Module) -> None:
-    """Recompute each layer's activations in the backward pass instead of keeping them (HF models,
-    adapted ones too): less memory, about one more forward of compute; results are unchanged."""
-    enable = getattr(model, "gradient_checkpointing_enable", None)
-    if enable is None:
-        raise ConfigError(
-            f"trainer.activation_checkpointing: {type(model).__name__} has no gradient_checkpointing_enable; "
-            "it works with Hugging Face models (model=tiny_llama, causal_lm or pretrained). Set it to false."
-        )
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -13,15 +13,15 @@ One ``train_step`` is one rollout round::
               objective's clipped loss against the old log-probs (computed once per round, and only
               when there is more than one update per round) and, when the objective's beta > 0, the
               frozen reference's log-probs (computed once per round, without grad)
-    sync      the engine sees the new weights: the default torch engine shares the policy model (its
-              parameters are the engine's, nothing is copied); any other engine gets
-              ``update_weights`` with the trained parameters after each optimizer step
+    sync      the engine sees the new weights: the default torch engine shares the policy's parameters
+              (nothing is copied); any other engine gets ``update_weights`` after each optimizer step
 
-The builder makes the engine (``parts.engine`` from the ``engine`` node; without one the torch
-engine sharing the policy, ``default_engine``) and the frozen reference (``parts.reference_model``)
-when the objective needs it. Each optimizer step is the base's; the scheduler steps once per round.
+One step's files, in order: ``data/loader.py`` · ``rl/rollouts.py`` → ``serving/engine.py`` →
+``serving/engines/torch_engine.py`` (runner, scheduler) · ``rewards/composite.py`` · ``rl/advantages.py``
+(``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py`` → ``trainer/base.py``
+(``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round.
 Metrics: per reward component mean/std/errors, reward mean/std, KL to the reference, clip fractions,
-entropy, completion lengths, timings, rollout tokens per second (and ``sampling/*``: dynamic sampling).
+entropy, completion lengths, timings, rollout tokens/s (``sampling/*``: dynamic sampling).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import ADVANTAGES, TRAINERS
@@ -107,19 +108,19 @@ class GRPOTrainer(BaseTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        prompts_per_step: int = 8,
-        num_generations: int = 4,
-        max_completion_length: int = 16,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        ppo_epochs: int = 1,
-        minibatch_size: int | None = None,
-        micro_batch_size: int | None = None,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        prompts_per_step: AtLeastOne = 8,
+        num_generations: AtLeastOne = 4,
+        max_completion_length: AtLeastOne = 16,
+        temperature: PositiveFloat = 1.0,
+        top_p: Fraction = 1.0,
+        top_k: NonNegativeInt = 0,
+        ppo_epochs: AtLeastOne = 1,
+        minibatch_size: AtLeastOne | None = None,
+        micro_batch_size: AtLeastOne | None = None,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
         rewards: dict[str, Any] | None = None,
         reward_on_error: Literal["skip", "zero", "raise"] = "skip",
@@ -130,7 +131,7 @@ class GRPOTrainer(BaseTrainer):
         seed_sampling: bool = True,
         activation_checkpointing: bool = False,
         dynamic_sampling: bool = False,
-        max_sampling_draws: int = 4,
+        max_sampling_draws: AtLeastOne = 4,
     ) -> None:
         super().__init__(
             parts,

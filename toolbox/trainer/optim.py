@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from toolbox.core.bounds import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from toolbox.core.registries import OPTIMIZERS, SCHEDULERS
 
 
@@ -21,10 +22,10 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 @OPTIMIZERS.register("adamw")
 def adamw(
     model: torch.nn.Module,
-    lr: float = 1e-3,
-    weight_decay: float = 0.0,
+    lr: PositiveFloat = 1e-3,
+    weight_decay: NonNegativeFloat = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
-    eps: float = 1e-8,
+    eps: PositiveFloat = 1e-8,
     fused: bool | None = None,
 ) -> torch.optim.Optimizer:
     """AdamW with decoupled weight decay on matrices only.
@@ -49,11 +50,11 @@ def adamw(
 @OPTIMIZERS.register("adam")
 def adam(
     model: torch.nn.Module,
-    lr: float = 1e-3,
-    weight_decay: float = 0.0,
+    lr: PositiveFloat = 1e-3,
+    weight_decay: NonNegativeFloat = 0.0,
     decay_only: list[str] | None = None,
     betas: tuple[float, float] = (0.9, 0.999),
-    eps: float = 1e-8,
+    eps: PositiveFloat = 1e-8,
 ) -> torch.optim.Optimizer:
     """Adam with L2 weight decay added to the gradient (``torch.optim.Adam``), as the GCN and GAT
     papers train.
@@ -91,9 +92,9 @@ def adam(
 @OPTIMIZERS.register("sgd")
 def sgd(
     model: torch.nn.Module,
-    lr: float = 1e-2,
-    momentum: float = 0.0,
-    weight_decay: float = 0.0,
+    lr: PositiveFloat = 1e-2,
+    momentum: NonNegativeFloat = 0.0,
+    weight_decay: NonNegativeFloat = 0.0,
     nesterov: bool = False,
 ) -> torch.optim.Optimizer:
     """Stochastic gradient descent.
@@ -112,7 +113,7 @@ def _lambda_scheduler(optimizer: torch.optim.Optimizer, fn) -> torch.optim.lr_sc
 
 
 @SCHEDULERS.register("constant")
-def constant(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0):
+def constant(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: NonNegativeInt = 0):
     """Constant learning rate after a linear warmup.
 
     Args:
@@ -123,7 +124,10 @@ def constant(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: i
 
 @SCHEDULERS.register("linear")
 def linear(
-    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    warmup_steps: NonNegativeInt = 0,
+    min_lr_ratio: Fraction = 0.0,
 ):
     """Linear warmup, then linear decay to ``min_lr_ratio`` × peak at the last step.
 
@@ -143,7 +147,10 @@ def linear(
 
 @SCHEDULERS.register("cosine")
 def cosine(
-    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    warmup_steps: NonNegativeInt = 0,
+    min_lr_ratio: Fraction = 0.0,
 ):
     """Linear warmup, then half-cosine decay to ``min_lr_ratio`` × peak at the last step.
 

@@ -8,6 +8,11 @@ One trainer step is one PPO iteration::
                 one optimizer step each (BaseTrainer.backward / optimizer_step), stopping the
                 passes early once approx_kl > target_kl
 
+Files one step crosses, in order: ``rl/envs.py`` (the vectorised environments) → the model's
+``act`` (``nn/models/actor_critic.py``) → ``rl/buffers.py`` (the rollout) → ``rl/advantages.py`` (GAE)
+→ ``objectives/actor_critic.py`` (the clipped PPO loss) → ``trainer/base.py`` (``backward``,
+``optimizer_step``) → ``trainer/callbacks/``.
+
 so ``trainer.max_steps`` counts iterations and the environment steps are
 ``max_steps × num_steps × env.num_envs``. The scheduler steps once per iteration (BaseTrainer), so
 ``scheduler: {name: linear, warmup_steps: 0, min_lr_ratio: 0.0}`` is CleanRL's ``anneal_lr``.
@@ -32,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ADVANTAGES, TRAINERS
 from toolbox.objectives.base import ActorCriticObjective
@@ -72,17 +78,17 @@ class PPOEnvTrainer(BaseTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        num_steps: int = 128,
-        num_minibatches: int = 4,
-        update_epochs: int = 4,
+        max_steps: AtLeastOne = 100,
+        num_steps: AtLeastOne = 128,
+        num_minibatches: AtLeastOne = 4,
+        update_epochs: AtLeastOne = 4,
         advantage: dict[str, Any] | None = None,
         bootstrap_truncated: bool = True,
-        target_kl: float | None = None,
-        max_grad_norm: float = 0.5,
-        return_window: int = 20,
-        eval_every: int = 0,
-        save_every: int = 0,
+        target_kl: PositiveFloat | None = None,
+        max_grad_norm: NonNegativeFloat = 0.5,
+        return_window: AtLeastOne = 20,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
     ) -> None:
         super().__init__(
             parts,
@@ -248,11 +254,8 @@ class PPOEnvTrainer(BaseTrainer):
             self.strategy.unwrap(self.model).set_observation_statistics(*stats, clip=self.clip_obs)
 
     # lifecycle ----------------------------------------------------------------------------------
-    def fit(self) -> dict[str, float]:
-        try:
-            return super().fit()
-        finally:
-            self.envs.close()
+    def teardown(self) -> None:
+        self.envs.close()
 
     def extra_state(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,8 @@ Each step, per micro-batch of ``B`` pairs (the ``preference`` collator's concate
    reference without grad; objectives that need no reference (SimPO, ORPO) skip it;
 3. the objective turns them into a loss; gradients of all micro-batches are summed and divided
    by the pair count (so accumulation equals one large batch), clipped, stepped.
+Files, in order: ``data/loader.py`` → ``data/collators/preference.py`` → ``nn/llama_training.py``
+→ ``objectives/logprobs.py`` → ``objectives/preference.py`` (``kto.py``) → ``trainer/base.py``.
 
 The reference is a frozen copy of the policy as built (before any resume, so a resumed run gets
 the same reference: the builder's model is seeded, or loaded from ``model.path``), or the model at
@@ -25,8 +27,7 @@ desirable examples, ``rewards/rejected`` / ``logps/rejected`` over the undesirab
 ``rewards/margins``, ``count/chosen`` / ``count/rejected``, and ``accuracy`` (the fraction of examples
 whose log-ratio lies on their label's side of z₀). Means over micro-batches (and, in evaluation, over
 held-out chunks) are weighted by the examples each mean is over. With ``precompute_ref_logprobs``
-each example's reference log-prob is computed once; the reference stays for the mismatched rows,
-which change with each shuffled batch.
+each example's reference log-prob is computed once (the reference stays for the mismatched rows).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
@@ -88,17 +90,17 @@ class PreferenceTrainer(BaseTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        batch_size: int = 8,
-        grad_accum_steps: int = 1,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        batch_size: AtLeastOne = 8,
+        grad_accum_steps: AtLeastOne = 1,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
         precompute_ref_logprobs: bool = False,
         reference_path: str | None = None,
-        eval_batch_size: int = 64,
-        max_eval_pairs: int | None = None,
+        eval_batch_size: AtLeastOne = 64,
+        max_eval_pairs: AtLeastOne | None = None,
         forward: Literal["lean", "exact", "model"] = "lean",
         activation_checkpointing: bool = False,
     ) -> None:
@@ -341,10 +343,8 @@ class PreferenceTrainer(BaseTrainer):
             metrics.update(self.preference_metrics(model, self.eval_examples))
         return metrics
 
-    def _finish(self) -> dict[str, float]:
-        if not self.evaluators:  # the base skeleton evaluates at the end only when evaluators are configured
-            self._evaluate()
-        return super()._finish()
+    def evaluates_at_end(self) -> bool:
+        return True  # evaluate() adds the held-out preference metrics, evaluators or not
 
     def preference_metrics(self, model: Any, examples: list[dict[str, Any]]) -> dict[str, float]:
         """Held-out loss, accuracy, margin and reward means, weighted by pairs (unpaired data: see

@@ -1,4 +1,11 @@
-"""The supervised trainer: gradient-accumulated objective(model, batch); the base steps the optimizer."""
+"""The supervised trainer: gradient-accumulated objective(model, batch); the base steps the optimizer.
+
+One step, the files it crosses in order: ``data/loader.py`` (the next shuffled batch) →
+``data/collators/`` (the run's collator pads it) → ``nn/llama_training.py`` (the lean forward of
+a Hugging Face Llama-layout model; other models their own ``forward``) → ``objectives/supervised.py``
+(the loss summed over items) → ``trainer/base.py`` (``backward``, ``optimizer_step``: normalise,
+clip, step) → ``trainer/callbacks/`` (STEP_END: log, checkpoint).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.registries import TRAINERS
 from toolbox.data.loader import BatchLoader
 from toolbox.nn.llama_training import training_forward
@@ -48,12 +56,12 @@ class SupervisedTrainer(BaseTrainer):
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        batch_size: int = 8,
-        grad_accum_steps: int = 1,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        batch_size: AtLeastOne = 8,
+        grad_accum_steps: AtLeastOne = 1,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
         forward: Literal["lean", "exact", "model"] = "lean",
         activation_checkpointing: bool = False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 
 
@@ -46,3 +47,17 @@ def event_bridge(trainer: Any, aliases: dict[str, str] | None = None) -> Any:
                 trainer._evaluate()
 
     return Bridge()
+
+
+def refuse_resume(parts: Any, name: str, native: str) -> None:
+    """TRL's loop keeps no state we could resume: a run asking to resume fails before it starts."""
+    if parts.cfg.get("resume_from"):
+        raise ConfigError(f"resume_from: trainer={name} cannot resume; use trainer={native} to resume runs.")
+
+
+def run_trl_loop(trainer: Any) -> None:
+    """The ``run_loop`` of a TRL backend: TRL's own trainer trains; the bridge emits our events."""
+    trl_trainer = trainer._trl_trainer()
+    trainer._last_log = time.perf_counter()
+    trl_trainer.train()
+    trainer.step = int(trl_trainer.state.global_step)

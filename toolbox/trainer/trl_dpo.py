@@ -14,18 +14,18 @@ TRL's sigmoid no longer takes), ``robust_dpo`` (robust), ``ipo``, ``hinge``. Res
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.errors import ConfigError
-from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
 from toolbox.data.datasets.preference import Preference
 from toolbox.objectives.preference import DPOLoss, HingeLoss, IPOLoss, RobustDPOLoss
+from toolbox.trainer.base import BaseTrainer
 from toolbox.trainer.preference import PreferenceTrainer
-from toolbox.trainer.trl_bridge import event_bridge
+from toolbox.trainer.trl_bridge import event_bridge, refuse_resume, run_trl_loop
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -72,21 +72,26 @@ class TRLDPOTrainer(PreferenceTrainer):
         max_length: TRL's max_length (prompt + completion tokens).
     """
 
+    @classmethod
+    def from_builder(cls, parts: Any, **settings: Any) -> BaseTrainer:
+        refuse_resume(parts, "trl_dpo", "preference")
+        return super().from_builder(parts, **settings)
+
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        batch_size: int = 8,
-        grad_accum_steps: int = 1,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        batch_size: AtLeastOne = 8,
+        grad_accum_steps: AtLeastOne = 1,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
         precompute_ref_logprobs: bool = False,
         reference_path: str | None = None,
-        eval_batch_size: int = 64,
-        max_eval_pairs: int | None = None,
-        max_length: int | None = None,
+        eval_batch_size: AtLeastOne = 64,
+        max_eval_pairs: AtLeastOne | None = None,
+        max_length: AtLeastOne | None = None,
     ) -> None:
         self.loss_type, self.beta, self.label_smoothing = trl_loss(parts.objective)
         super().__init__(
@@ -165,15 +170,5 @@ class TRLDPOTrainer(PreferenceTrainer):
         trainer.remove_callback(PrinterCallback)  # our callbacks log; TRL's printer would repeat every step
         return trainer
 
-    def fit(self) -> dict[str, float]:
-        if self.cfg.get("resume_from"):
-            raise ConfigError(
-                "resume_from: trainer=trl_dpo cannot resume; use trainer=preference to resume runs."
-            )
-        self._prepare_run()
-        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=None)
-        trainer = self._trl_trainer()
-        self._last_log = time.perf_counter()
-        trainer.train()
-        self.step = int(trainer.state.global_step)
-        return self._finish()
+    def run_loop(self) -> None:
+        run_trl_loop(self)

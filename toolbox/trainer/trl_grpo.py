@@ -17,17 +17,15 @@ TRL's per-step logs become our STEP_END events; evaluation, the final checkpoint
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from toolbox.core.errors import ConfigError
-from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
 from toolbox.rewards.base import call_reward
 from toolbox.rl.advantages import GroupNorm
 from toolbox.trainer.grpo import GRPOTrainer
-from toolbox.trainer.trl_bridge import event_bridge
+from toolbox.trainer.trl_bridge import event_bridge, refuse_resume, run_trl_loop
 
 
 def trl_reward_funcs(reward: Any) -> list[Any]:
@@ -64,6 +62,7 @@ class TRLGRPOTrainer(GRPOTrainer):
 
     @classmethod
     def from_builder(cls, parts: Any, **settings: Any) -> TRLGRPOTrainer:
+        refuse_resume(parts, "trl_grpo", "grpo")
         if settings.get("reference_path"):
             raise ConfigError(
                 "trainer.reference_path: trainer=trl_grpo uses TRL's own reference (a copy of the model)."
@@ -151,16 +150,8 @@ class TRLGRPOTrainer(GRPOTrainer):
         trainer.remove_callback(PrinterCallback)
         return trainer
 
-    def fit(self) -> dict[str, float]:
-        if self.cfg.get("resume_from"):
-            raise ConfigError("resume_from: trainer=trl_grpo cannot resume; use trainer=grpo to resume runs.")
-        self._prepare_run()
-        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=None)
-        trainer = self._trl_trainer()
-        self._last_log = time.perf_counter()
-        trainer.train()
-        self.step = int(trainer.state.global_step)
-        return self._finish()
+    def run_loop(self) -> None:
+        run_trl_loop(self)
 
     def setup(self) -> None:
         pass

@@ -12,17 +12,17 @@ Resuming (``resume_from``) is not supported.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.errors import ConfigError
-from toolbox.core.events import Event
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
 from toolbox.data.datasets.tokenized import TokenizedFactory
+from toolbox.trainer.base import BaseTrainer
 from toolbox.trainer.supervised import SupervisedTrainer
-from toolbox.trainer.trl_bridge import event_bridge
+from toolbox.trainer.trl_bridge import event_bridge, refuse_resume, run_trl_loop
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -44,17 +44,22 @@ class TRLSFTTrainer(SupervisedTrainer):
         completion_only_loss: train on the completion tokens only (prompt/completion records).
     """
 
+    @classmethod
+    def from_builder(cls, parts: Any, **settings: Any) -> BaseTrainer:
+        refuse_resume(parts, "trl_sft", "supervised")
+        return super().from_builder(parts, **settings)
+
     def __init__(
         self,
         parts: Components,
-        max_steps: int = 100,
-        batch_size: int = 8,
-        grad_accum_steps: int = 1,
-        max_grad_norm: float = 1.0,
-        eval_every: int = 0,
-        save_every: int = 0,
+        max_steps: AtLeastOne = 100,
+        batch_size: AtLeastOne = 8,
+        grad_accum_steps: AtLeastOne = 1,
+        max_grad_norm: NonNegativeFloat = 1.0,
+        eval_every: NonNegativeInt = 0,
+        save_every: NonNegativeInt = 0,
         shuffle: bool = True,
-        max_length: int | None = None,
+        max_length: AtLeastOne | None = None,
         completion_only_loss: bool = True,
     ) -> None:
         super().__init__(
@@ -126,15 +131,5 @@ class TRLSFTTrainer(SupervisedTrainer):
         trainer.remove_callback(PrinterCallback)
         return trainer
 
-    def fit(self) -> dict[str, float]:
-        if self.cfg.get("resume_from"):
-            raise ConfigError(
-                "resume_from: trainer=trl_sft cannot resume; use trainer=supervised to resume runs."
-            )
-        self._prepare_run()
-        self.bus.emit(Event.FIT_START, self, self.step, resumed_from=None)
-        trainer = self._trl_trainer()
-        self._last_log = time.perf_counter()
-        trainer.train()
-        self.step = int(trainer.state.global_step)
-        return self._finish()
+    def run_loop(self) -> None:
+        run_trl_loop(self)

@@ -1,17 +1,9 @@
 """Approximate search: an HNSW graph from hnswlib.
 
-Why hnswlib (measured here, ``nice -n 5 python benchmarks/memory.py libraries --n 100000``, JSON in
-``benchmarks/results/memory_libraries.json``; a shared 2-core machine, load average 16-24, so
-absolute times are inflated): faiss-cpu ``IndexHNSWFlat``, usearch and hnswlib were built on the same
-100k × 384 clustered vectors with the same graph settings (M=16, ef_construction=100, 2 threads) and
-searched one query at a time on one thread. hnswlib built fastest (378 vectors/s; faiss 338,
-usearch float32 152, usearch int8 397) and answered fastest at equal recall (ef=64: p50 0.28 ms at
-recall@10 0.974; faiss 0.36 ms at 0.975; usearch float32 0.79 ms at 0.974); usearch int8 never
-reached recall@10 0.91. Beyond speed, an episodic memory deletes, updates and evicts items all the
-time: hnswlib's ``mark_deleted`` plus ``replace_deleted`` reuse a deleted slot, and
-``knn_query(filter=...)`` restricts a search to the items a metadata filter allows. faiss's HNSW
-cannot remove a vector (``remove_ids`` is not implemented for it), so deletes would pile up as
-tombstones until a full rebuild; usearch removes, but its Python search takes no filter.
+Why hnswlib: it deletes and reuses slots (``mark_deleted``, ``replace_deleted``) and filters a
+search (``knn_query(filter=...)``), which an episodic memory needs; faiss's HNSW cannot remove a
+vector and usearch's Python search takes no filter. It was also the fastest of the three here: the
+measurements are in ``benchmarks/results/memory_libraries.md``.
 
 Updates: hnswlib can overwrite a label's vector in place, but next to deleted elements that hurts
 the graph: in ``tests/memory/test_index.py::test_hnsw_recall_deletes_updates_and_reload`` (2,000
@@ -25,9 +17,9 @@ hnswlib's ``get_items`` copies through Python lists (~0.15 ms per vector here), 
 exact searches below, and the copy makes ``get`` and index conversion cheap. It doubles the vector
 memory (1.5 GiB more at 1M × 384), but not the snapshot: ``hnsw.bin`` holds every vector already
 (hnswlib's level-0 block: links, vector, label per element), so ``load`` reads the copy from there
-(``saved_vectors``) instead of from a second file. Writing that second file (``exact.npz``) was the
-largest part of filling a store: 2.4 of the 7 s a 100k-item fill spent beyond hnswlib's own adds.
-Stores of schema 1 still have it and are read from it.
+(``saved_vectors``) instead of from a second file (``exact.npz``, which dominated a store's fill
+time beyond hnswlib's adds: see ``benchmarks/results/memory_libraries.md``). Stores of schema 1
+still have it and are read from it.
 
 Restricted searches (``allowed``): up to ``exact_below`` allowed ids are scored exactly (a gather
 and a matmul, so a narrow filter never misses an item); beyond that, hnswlib walks the graph with

@@ -3,13 +3,10 @@
 At a decode step every sequence of the batch has one query and attends to its own first ``L``
 cached positions. SDPA's CPU kernel (flash attention) runs that as two tiny matmuls per (sequence,
 head), each paying a call and, once the batch's keys and values outgrow the L3 cache, a wait on
-memory: on the 512-wide benchmark model (4 layers, 8 heads of 64) a batch of 40 sequences at ~71
-positions reads 46 MB of keys and values per step, which SDPA took 4.5-5.4 ms to get through on one
-thread here, where merely summing those bytes takes 1.8-2.0 ms. The same attention written as
-multiply-and-sum reductions and compiled by ``torch.compile`` (inductor's C++ backend) streams
-through the cache in a few loops over the whole batch: 3.0-3.3 ms (measured in one process,
-alternating, load ~1.6). For a few sequences the cache stays in the CPU's caches, SDPA is faster
-(one sequence: 0.06 against 0.15 ms for 4 layers; equal at 8), so the runner uses this kernel for
+memory. The same attention written as multiply-and-sum reductions and compiled by ``torch.compile``
+(inductor's C++ backend) streams through the cache in a few loops over the whole batch, faster for
+large batches; for a few sequences the cache stays in the CPU's caches and SDPA is faster (the
+timings: ``benchmarks/results/measurement_notes.md``), so the runner uses this kernel for
 batches of at least ``MIN_BATCH`` sequences, and only for the shapes compiled at start-up
 (``usable``); other steps run SDPA (the same numbers up to float rounding).
 

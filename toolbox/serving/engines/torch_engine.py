@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ENGINES
 from toolbox.serving.engine import InferenceEngine, RequestOutput, SamplingParams, StreamDelta
@@ -113,16 +114,16 @@ class TorchEngine(InferenceEngine):
         path: str | None = None,
         dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         device: str = "auto",
-        max_batch_size: int | None = None,
-        kv_cache_gib: float = 1.0,
-        max_queue_size: int = 256,
-        max_model_len: int | None = None,
-        max_prefill_tokens: int = 4096,
-        prefill_chunk_tokens: int | None = 256,
+        max_batch_size: AtLeastOne | None = None,
+        kv_cache_gib: NonNegativeFloat = 1.0,
+        max_queue_size: AtLeastOne = 256,
+        max_model_len: AtLeastOne | None = None,
+        max_prefill_tokens: AtLeastOne = 4096,
+        prefill_chunk_tokens: AtLeastOne | None = 256,
         logprobs_mode: Literal["raw", "processed"] = "raw",
         seed: int = 0,
-        num_threads: int | None = None,
-        prefill_threads: int | None = None,
+        num_threads: AtLeastOne | None = None,
+        prefill_threads: AtLeastOne | None = None,
         linear: Literal["auto", "onednn", "torch"] = "auto",
         attention: Literal["auto", "compiled", "sdpa"] = "auto",
     ) -> None:
