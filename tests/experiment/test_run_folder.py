@@ -38,7 +38,7 @@ def test_the_readme_sequence_keeps_each_run_in_its_own_folder(tmp_path, tiny):
 
     other = train(*base, "trainer.max_steps=3", "optimizer=sgd")
     assert other.returncode == 2 and "Traceback" not in other.stderr
-    (line,) = other.stderr.strip().splitlines()
+    (line,) = [x for x in other.stderr.splitlines() if x.startswith("error:")]
     assert line.startswith(f"error: {run_dir} holds a run of another configuration (")
     assert "trainer.max_steps: 2 -> 3" in line and "optimizer: adamw -> sgd" in line
     assert "--new-folder" in line and "--overwrite" in line
