@@ -9,7 +9,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from toolbox.core.errors import ConfigError
+from toolbox.core.errors import ConfigError, OutputError
 from toolbox.experiment import load_config
 from toolbox.experiment.run_folder import claim_run_folder
 
@@ -77,7 +77,7 @@ def test_a_file_as_run_folder_and_a_bad_policy_are_named(tmp_path, tiny):
     path = tmp_path / "file"
     path.write_text("x")
     cfg = load_config(["experiment=sft_arith", *tiny, f"run_dir={path}"])
-    with pytest.raises(ConfigError, match="is a file, not a run folder"):
+    with pytest.raises(OutputError, match="is a file, not a folder"):
         claim_run_folder(cfg)
     with pytest.raises(ConfigError, match="expected one of refuse, new, overwrite"):
         claim_run_folder(cfg, "keep")

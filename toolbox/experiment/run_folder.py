@@ -24,6 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from toolbox.core.errors import ConfigError
+from toolbox.core.output import check_output_dir
 
 IGNORED = ("resume_from", "run_dir", "launcher")  # where and how a run is started, not what it is
 RESUMABLE = ("trainer.max_steps",)  # what a resume may change on top of IGNORED
@@ -37,8 +38,7 @@ def claim_run_folder(cfg: DictConfig, policy: str = "refuse") -> DictConfig:
     if policy not in POLICIES:
         raise ConfigError(f"run folder policy {policy!r}: expected one of {', '.join(POLICIES)}.")
     run_dir = Path(str(cfg.run_dir))
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"--out: {run_dir} is a file, not a run folder; give a folder path.")
+    check_output_dir(run_dir)  # a folder this process can write into (core/output.py)
     differences = _differences(cfg, run_dir)
     if not differences:
         return cfg
