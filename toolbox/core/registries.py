@@ -37,10 +37,10 @@ TRAINERS = Registry(
     modules=(
         "toolbox.trainer.supervised",
         "toolbox.trainer.preference",
-        "toolbox.trainer.trl_dpo",
+        "toolbox.trainer.trl.dpo",
         "toolbox.trainer.grpo",
-        "toolbox.trainer.trl_sft",
-        "toolbox.trainer.trl_grpo",
+        "toolbox.trainer.trl.sft",
+        "toolbox.trainer.trl.grpo",
         "toolbox.trainer.ppo_env",
     ),
 )

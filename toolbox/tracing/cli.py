@@ -227,7 +227,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_to_dataset(args: argparse.Namespace) -> int:
     from toolbox.tracing.dataset import to_dataset
-    from toolbox.tracing.filters import RecordFilter
+    from toolbox.tracing.record_filters import RecordFilter
     from toolbox.tracing.redact import default_redactor
 
     filters = RecordFilter(

@@ -57,13 +57,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from toolbox.core.atomic import atomic_write_text
+from toolbox.core.checkpointer import Checkpointer
 from toolbox.core.device import rng_state, set_rng_state
 from toolbox.core.errors import CheckpointError, ConfigError
 from toolbox.core.events import Event, EventBus
 from toolbox.core.registry import registered_name
 from toolbox.nn.adapters import adapter_state_dict, is_adapted, with_base_weights
 from toolbox.objectives.base import Objective
-from toolbox.trainer.checkpoint import Checkpointer
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components

@@ -48,7 +48,7 @@ def tiny_llama(
         bos_token_id: id of the beginning-of-sequence token; injected from the tokenizer.
         eos_token_id: id of the end-of-sequence token; injected from the tokenizer.
     """
-    from toolbox.nn.models.causal_lm import causal_lm
+    from toolbox.nn.models.hf_random_init import causal_lm
 
     return causal_lm(
         vocab_size,
