@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_launch_parser(sub, OVERRIDES_HELP)
 
-    from toolbox.serving.bench.serve import add_bench_parser  # toolbox bench serve
+    from toolbox.serving.bench.cli import add_bench_parser  # toolbox bench serve
     from toolbox.serving.openai.cli import add_serve_parser  # toolbox serve
 
     add_serve_parser(sub)

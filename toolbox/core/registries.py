@@ -44,7 +44,9 @@ TRAINERS = Registry(
         "toolbox.trainer.ppo_env",
     ),
 )
-CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks", "toolbox.memory.writer"))
+CALLBACKS = Registry(
+    "callback", modules=("toolbox.trainer.callbacks", "toolbox.trainer.callbacks.memory_writer")
+)
 STRATEGIES = Registry(
     "strategy", modules=("toolbox.distributed.single", "toolbox.distributed.ddp", "toolbox.distributed.fsdp")
 )

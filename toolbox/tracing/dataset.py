@@ -53,7 +53,7 @@ from toolbox.tracing.record import TraceError
 from toolbox.tracing.record_filters import RecordFilter, TraceIndex
 from toolbox.tracing.redact import Redactor, default_redactor
 from toolbox.tracing.row_dedupe import Deduper
-from toolbox.tracing.stores.base import Query, TraceStore, open_store
+from toolbox.tracing.stores import Query, TraceStore, open_store
 from toolbox.tracing.training_rows import FORMATS, RowMaker
 from toolbox.tracing.writer import SplitWriter, features_for, misfit
 

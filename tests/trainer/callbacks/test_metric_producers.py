@@ -1,7 +1,7 @@
 import time
 
 from toolbox.core.events import Event
-from toolbox.trainer.callbacks.memory import MemoryMonitor
+from toolbox.trainer.callbacks.memory_usage import MemoryMonitor
 from toolbox.trainer.callbacks.throughput import Throughput
 
 

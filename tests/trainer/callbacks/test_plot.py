@@ -65,7 +65,7 @@ def test_missing_or_empty_metrics_is_a_clear_error(tmp_path, content):
 
 def test_plots_what_the_callbacks_write(trainer, drive):
     from toolbox.trainer.callbacks.jsonl import JsonlMetrics
-    from toolbox.trainer.callbacks.memory import MemoryMonitor
+    from toolbox.trainer.callbacks.memory_usage import MemoryMonitor
     from toolbox.trainer.callbacks.throughput import Throughput
 
     d = drive(Throughput(), MemoryMonitor(every=2), JsonlMetrics())

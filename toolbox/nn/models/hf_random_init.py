@@ -24,7 +24,7 @@ from torch import nn
 
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import MODELS
-from toolbox.nn.models.tiny_llama import _check_heads
+from toolbox.nn.models.head_sizes import check_heads
 
 Architecture = Literal["llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2"]
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2")
@@ -69,7 +69,7 @@ def causal_lm(
     """
     if architecture not in ARCHITECTURES:
         raise ConfigError(f"model.architecture: {architecture!r}; choose one of {', '.join(ARCHITECTURES)}.")
-    _check_heads(hidden_size, num_heads, num_kv_heads)
+    check_heads(hidden_size, num_heads, num_kv_heads)
     if architecture == "gpt2" and num_kv_heads not in (None, num_heads):
         raise ConfigError("model.num_kv_heads: gpt2 has no grouped-query attention; leave it null.")
     import transformers

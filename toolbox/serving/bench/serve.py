@@ -365,10 +365,3 @@ def parse_goodput(items: list[str] | None) -> dict[str, float]:
         if out[key] < 0:
             raise ValueError(f"--goodput {item!r}: the SLO must be >= 0 ms")
     return out
-
-
-def add_bench_parser(sub: Any) -> None:
-    """``toolbox bench serve`` (the parser and command live in ``cli.py``)."""
-    from toolbox.serving.bench.cli import add_bench_parser as add
-
-    add(sub)

@@ -1,27 +1,26 @@
-"""The memory writer: episodes of training runs and agent runs, written into an episodic memory.
+"""The ``memory_writer`` callback: each evaluation of a training run, written into an episodic memory.
 
-During training (the ``memory_writer`` callback), each evaluation writes
+Each evaluation writes
   - one memory per example an evaluator got wrong (evaluators that expose ``last_failures``, such
     as ``exact_match``): "Prompt: … / Expected: … / Model answered: …", with metadata
     ``{kind: "eval_failure", run, step, evaluator, prompt, reference, output}``;
   - one summary of the evaluation's metrics (``kind: "eval_summary"``, the metrics as metadata);
 and the end of the run writes a ``run_summary``. A resumed run first deletes the memories its run
-wrote after the step it resumed from (they are written again), so a crash leaves no duplicates. A later run or an agent searches the store, for
-example ``memory.search("12+30=", filters={"kind": "eval_failure"})``.
-
-Agents call ``write_episode`` after a task and ``recall`` before one (it formats the best memories
-as a block to put into the prompt).
+wrote after the step it resumed from (they are written again), so a crash leaves no duplicates. A
+later run or an agent searches the store, for example
+``memory.search("12+30=", filters={"kind": "eval_failure"})``; agents write their own episodes with
+``toolbox.memory.episodes``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from toolbox.core.events import EventData
 from toolbox.core.registries import CALLBACKS
+from toolbox.memory.episodes import failure_text
 from toolbox.memory.store import EpisodicMemory
 from toolbox.trainer.callbacks.base import Callback
 
@@ -32,37 +31,6 @@ def _plain_number(value: Any) -> float | None:
     if isinstance(value, bool | int | float) and math.isfinite(float(value)):
         return float(value)
     return None
-
-
-def failure_text(prompt: str, reference: str, output: str) -> str:
-    return f"Prompt: {prompt}\nExpected: {reference}\nModel answered: {output}"
-
-
-def write_episode(
-    memory: EpisodicMemory,
-    task: str,
-    outcome: str,
-    steps: Sequence[str] = (),
-    success: bool | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    importance: float = 0.0,
-) -> int:
-    """Store one agent episode (the task, what was done, how it ended); return its id."""
-    lines = [f"Task: {task}", *(f"Step {i + 1}: {s}" for i, s in enumerate(steps)), f"Outcome: {outcome}"]
-    meta = {"kind": "agent_episode", "task": task, **({"success": success} if success is not None else {})}
-    meta.update(metadata or {})
-    return memory.add("\n".join(lines), metadata=meta, importance=importance)
-
-
-def recall(
-    memory: EpisodicMemory, query: str, k: int = 3, filters: Mapping[str, Any] | None = None, **search: Any
-) -> str:
-    """The ``k`` best memories for ``query`` as a prompt block ("" when there are none)."""
-    items = memory.search(query, k=k, filters=filters, **search)
-    if not items:
-        return ""
-    body = "\n\n".join(f"[memory {it.id}, similarity {it.similarity:.2f}]\n{it.text}" for it in items)
-    return f"Relevant memories:\n\n{body}\n"
 
 
 @CALLBACKS.register("memory_writer")
