@@ -461,7 +461,7 @@ def store_calls(store) -> dict:
     """The bare hnswlib call, our index and the store on the same graph: ``store`` answers from its
     resident rows (``row_cache="all"``, the default), ``store_sql`` reads every hit from SQLite
     (``row_cache=0``: what a store without resident rows does for rows it has not cached)."""
-    from toolbox.memory.row_cache import RowCache
+    from toolbox.memory.storage.row_cache import RowCache
 
     index, graph = store.index, store.index._index
     resident, sql = store._cache, RowCache(store._rows, 0)

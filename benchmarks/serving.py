@@ -5,7 +5,7 @@ parameters, char tokenizer, float32; big enough that vLLM streams token by token
 with ``toolbox serve`` and with vLLM's OpenAI server (from ``.venv-vllm``, or ``--vllm-python``;
 ``--enforce-eager``), both up at once, and measures both with the same client: ``toolbox bench
 serve``'s ``run_benchmark`` (it agrees with ``vllm bench serve`` within 15 %,
-tests/serving/test_bench.py), or with ``--client vllm`` vLLM's own ``vllm bench serve`` (its random
+tests/serving/bench/test_bench.py), or with ``--client vllm`` vLLM's own ``vllm bench serve`` (its random
 data set, run in vLLM's environment; the issue's done-when names this client) at three loads: burst (all
 requests at once, no concurrency limit), max concurrency 1 and max concurrency 8. Random prompts, 32
 tokens in and 64 out (``ignore_eos``). Per server and load: output tok/s, mean, median and p99 TTFT,
@@ -123,7 +123,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def bench(url: str, model_dir: Path, load: dict, args: argparse.Namespace) -> dict:
-    from toolbox.serving.bench import BenchConfig, run_benchmark
+    from toolbox.serving.bench.serve import BenchConfig, run_benchmark
 
     cfg = BenchConfig(
         base_url=url,
@@ -144,11 +144,11 @@ def bench(url: str, model_dir: Path, load: dict, args: argparse.Namespace) -> di
 def bench_vllm_client(url: str, model_dir: Path, load: dict, args: argparse.Namespace) -> dict:
     """The same load measured by vLLM's own ``vllm bench serve`` (its random data set: ``input_len``
     random token ids in, ``output_len`` out with ``ignore_eos``, all arriving at once, 4 warm-ups),
-    run in vLLM's environment through ``toolbox/serving/bench_vllm.py``."""
+    run in vLLM's environment through ``toolbox/serving/bench/vllm_serve.py``."""
     from conftest import vllm_env
 
     cmd = [
-        str(args.vllm_python), str(REPO / "toolbox" / "serving" / "bench_vllm.py"),
+        str(args.vllm_python), str(REPO / "toolbox" / "serving" / "bench" / "vllm_serve.py"),
         "--base-url", url.removesuffix("/v1"), "--model", "tiny", "--tokenizer", str(model_dir),
         "--dataset-name", "random", "--random-input-len", str(args.input_len),
         "--random-output-len", str(args.output_len), "--num-prompts", str(args.num_prompts),

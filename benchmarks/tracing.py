@@ -196,7 +196,7 @@ CONVERT = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from toolbox.tracing.dataset import to_dataset
-from toolbox.tracing.filters import RecordFilter
+from toolbox.tracing.record_filters import RecordFilter
 start = time.perf_counter()
 card = to_dataset(sys.argv[1], sys.argv[2], format="sft", filters=RecordFilter(scores=["correct==true"]),
                   near_dup=float(sys.argv[3]) if len(sys.argv) > 3 else None)

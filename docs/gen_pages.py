@@ -25,6 +25,7 @@ HANDWRITTEN = {
     "Home": "index.md",
     "Getting started": "getting-started.md",
     "Concepts": [
+        "concepts/layers.md",
         "concepts/registries.md",
         "concepts/config.md",
         "concepts/builder.md",

@@ -174,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_launch_parser(sub, OVERRIDES_HELP)
 
-    from toolbox.serving.bench import add_bench_parser  # toolbox bench serve
-    from toolbox.serving.server_cli import add_serve_parser  # toolbox serve
+    from toolbox.serving.bench.cli import add_bench_parser  # toolbox bench serve
+    from toolbox.serving.openai.cli import add_serve_parser  # toolbox serve
 
     add_serve_parser(sub)
     add_bench_parser(sub)

@@ -77,7 +77,7 @@ class AgentMemory:
         return self._thread.submit(fn, self.memory, *args, **kwargs).result()
 
     def recall(self, question: str) -> str:
-        from toolbox.memory.writer import recall
+        from toolbox.memory.episodes import recall
 
         with self.lock:
             if not self.recall_k or self.run(len) == 0:  # (a filter on a key no item has yet is an error)
@@ -90,7 +90,7 @@ class AgentMemory:
 
     def commit(self) -> int:
         """Write the pending episodes (in session order); return how many."""
-        from toolbox.memory.writer import write_episode
+        from toolbox.memory.episodes import write_episode
 
         def write(store, done) -> None:
             for _, problem, steps, final, correct in done:

@@ -1,7 +1,7 @@
 import torch
 
+from toolbox.core.checkpointer import Checkpointer
 from toolbox.core.errors import CheckpointError
-from toolbox.trainer.checkpoint import Checkpointer
 
 
 def test_save_list_prune_and_load(tmp_path):

@@ -36,7 +36,7 @@ def test_no_long_file_without_a_reason():
     assert not found, (
         f"over {LIMIT} lines: {found}; split each along a seam into files of one idea, or end its module "
         f"docstring with a paragraph 'Why this file is longer than ~400 lines: ...' (as "
-        "toolbox/serving/engines/scheduler.py does)"
+        "toolbox/serving/engines/torch/scheduler.py does)"
     )
 
 

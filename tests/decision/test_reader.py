@@ -62,7 +62,7 @@ def test_label_that_is_not_one_token(tiny_model):
 
 def test_decision_judge_reward(tiny_model):
     from toolbox.core.registries import REWARDS
-    from toolbox.serving.engines.torch_engine import TorchEngine
+    from toolbox.serving.engines.torch.engine import TorchEngine
 
     model, tok, _ = tiny_model
     engine = TorchEngine(model=model, tokenizer=tok, max_batch_size=8)

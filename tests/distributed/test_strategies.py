@@ -110,7 +110,7 @@ def test_ddp_resume_is_bitwise_and_files_match_single(tiny_overrides, tmp_path):
 
 
 def test_corrupt_shard_falls_back_to_previous_checkpoint(tiny_overrides, tmp_path):
-    from toolbox.trainer.checkpoint import Checkpointer
+    from toolbox.core.checkpointer import Checkpointer
 
     _fit([*tiny_overrides, *STEPS, "strategy=fsdp", f"run_dir={tmp_path / 'r'}"])
     shard = next((tmp_path / "r/checkpoints/step_00000008/sharded").glob("*.distcp"))

@@ -97,7 +97,7 @@ def test_sweep_is_one_job_array_and_launch_returns_at_once(tmp_path):
 
 
 def _final_weights(run_dir: Path) -> dict:
-    from toolbox.trainer.checkpoint import Checkpointer
+    from toolbox.core.checkpointer import Checkpointer
 
     _, state = Checkpointer(run_dir).load_latest()
     return state["model"]

@@ -348,7 +348,7 @@ def test_a_large_batch_indexed_beside_the_sqlite_writes_equals_one_indexed_after
 def test_a_large_batch_that_does_not_commit_leaves_the_index_as_it_was(memory, monkeypatch):
     """A failure inside the transaction (after the index's add started) rolls the rows back and
     takes the vectors out again: the index and SQLite still agree."""
-    from toolbox.memory.rows import RowStore
+    from toolbox.memory.storage.row_store import RowStore
 
     memory.add("kept")
 

@@ -8,7 +8,7 @@ import pytest
 from toolbox.core.events import Event
 from toolbox.experiment import ExperimentBuilder, load_config
 from toolbox.memory import EpisodicMemory
-from toolbox.memory.writer import recall, write_episode
+from toolbox.memory.episodes import recall, write_episode
 
 
 def test_training_run_writes_failures_and_summaries(tiny_overrides, tmp_path):
@@ -59,7 +59,7 @@ def test_a_resumed_run_drops_what_it_wrote_after_its_checkpoint(tmp_path):
     from types import SimpleNamespace
 
     from toolbox.core.events import EventData
-    from toolbox.memory.writer import MemoryWriter
+    from toolbox.trainer.callbacks.memory_writer import MemoryWriter
 
     trainer = SimpleNamespace(context=SimpleNamespace(run_dir=tmp_path / "run"), evaluators=[])
     writer = MemoryWriter(embedder={"name": "hashing", "dim": 32})
@@ -95,7 +95,7 @@ def test_agent_episodes_are_recalled_into_a_prompt(tmp_path):
 
 def test_callbacks_memory_config_selects_the_writer(compose):
     from toolbox.core.registries import CALLBACKS
-    from toolbox.memory.writer import MemoryWriter
+    from toolbox.trainer.callbacks.memory_writer import MemoryWriter
 
     cfg = compose(["callbacks=memory"])
     assert {"console", "jsonl", "memory_writer"} <= set(cfg.callbacks)

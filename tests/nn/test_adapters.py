@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from toolbox.core.checkpointer import Checkpointer
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import ENGINES
 from toolbox.experiment import ExperimentBuilder, load_config
 from toolbox.nn.adapters import AdapterDisabledReference, count_parameters, is_adapted, merged_state_dict
-from toolbox.trainer.checkpoint import Checkpointer
 
 torch.set_num_threads(1)
 

@@ -47,7 +47,7 @@ def test_ids_and_mask_equal_the_chat_dataset(tool_tokenizer, tasks, env):
         assert e.all_ids() == ids
         assert [0] * len(e.prompt_ids) + e.mask == mask
         # the opening prompt is what the server encodes for the same request
-        messages, tools = __import__("toolbox.serving.tool_calls", fromlist=["x"]).template_messages(
+        messages, tools = __import__("toolbox.data.hermes.calls", fromlist=["x"]).template_messages(
             e.messages[: e.opening], e.tools, tool_tokenizer.chat_template
         )
         served = tool_tokenizer.apply_chat_template(

@@ -10,7 +10,7 @@ from datasets import load_from_disk
 
 from toolbox.tracing import ActionRecord, MemoryStore, Score, TraceError, Tracer, open_store, text_message
 from toolbox.tracing.dataset import to_dataset
-from toolbox.tracing.filters import RecordFilter
+from toolbox.tracing.record_filters import RecordFilter
 
 torch.set_num_threads(1)
 

@@ -15,7 +15,7 @@ from datasets import load_from_disk
 
 from toolbox.tracing import ActionRecord, MemoryStore, Score, chat_to_messages, open_store, text_message
 from toolbox.tracing.dataset import to_dataset
-from toolbox.tracing.filters import RecordFilter
+from toolbox.tracing.record_filters import RecordFilter
 
 PINNED = Path(__file__).with_name("pinned_to_dataset.json")
 TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]

@@ -25,7 +25,7 @@ def _text(messages):
 @pytest.fixture
 def app_and_store(tmp_path):
     from toolbox.core.registries import ENGINES, MODELS, TOKENIZERS
-    from toolbox.serving.server import build_app
+    from toolbox.serving.openai.app import build_app
 
     torch.set_num_threads(1)
     tok = TOKENIZERS.build({"name": "char"}, corpus=["abcdefghijklmnopqrstuvwxyz 0123456789+=?.,"])

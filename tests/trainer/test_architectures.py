@@ -14,7 +14,7 @@ import torch
 
 from toolbox.core.events import Event
 from toolbox.experiment import ExperimentBuilder, load_config
-from toolbox.serving.server import build_app, build_engine
+from toolbox.serving.openai.app import build_app, build_engine
 
 torch.set_num_threads(1)
 

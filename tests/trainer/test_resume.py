@@ -61,7 +61,7 @@ def test_resumed_run_is_bitwise_identical(tiny_overrides, tmp_path, reference):
 
 KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
-    import toolbox.trainer.checkpoint as ck
+    import toolbox.core.checkpointer as ck
     real = ck._sha256
     def dying_sha256(path):
         if "step_00000020" in str(path.parent):  # state.pt of step 20 written, not yet committed

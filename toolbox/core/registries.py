@@ -37,17 +37,21 @@ TRAINERS = Registry(
     modules=(
         "toolbox.trainer.supervised",
         "toolbox.trainer.preference",
-        "toolbox.trainer.trl_dpo",
+        "toolbox.trainer.trl.dpo",
         "toolbox.trainer.grpo",
         "toolbox.trainer.agent_grpo",
-        "toolbox.trainer.trl_sft",
-        "toolbox.trainer.trl_grpo",
+        "toolbox.trainer.trl.sft",
+        "toolbox.trainer.trl.grpo",
         "toolbox.trainer.ppo_env",
     ),
 )
 CALLBACKS = Registry(
     "callback",
-    modules=("toolbox.trainer.callbacks", "toolbox.memory.writer", "toolbox.eval.harness.callback"),
+    modules=(
+        "toolbox.trainer.callbacks",
+        "toolbox.trainer.callbacks.memory_writer",
+        "toolbox.eval.harness.callback",
+    ),
 )
 STRATEGIES = Registry(
     "strategy", modules=("toolbox.distributed.single", "toolbox.distributed.ddp", "toolbox.distributed.fsdp")

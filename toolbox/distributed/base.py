@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from toolbox.core.checkpointer import SHARDED_DIR
 from toolbox.core.context import RunContext
-from toolbox.trainer.checkpoint import SHARDED_DIR
 
 if TYPE_CHECKING:
-    from toolbox.trainer.checkpoint import Checkpointer
+    from toolbox.core.checkpointer import Checkpointer
 
 
 class Strategy:

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from toolbox.core.checkpointer import SHARDED_DIR
 from toolbox.core.context import RunContext
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import STRATEGIES
 from toolbox.distributed.process_group import DistributedStrategy, broadcast_object
-from toolbox.trainer.checkpoint import SHARDED_DIR
 
 if TYPE_CHECKING:
-    from toolbox.trainer.checkpoint import Checkpointer
+    from toolbox.core.checkpointer import Checkpointer
 
 PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

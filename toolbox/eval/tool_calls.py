@@ -74,9 +74,9 @@ class ToolCalls:
 
     def __call__(self, parts: Components) -> dict[str, float]:
         from toolbox.data.datasets.chat import record_tools
+        from toolbox.data.hermes.calls import parse, template_messages
         from toolbox.data.sources.arithmetic_tools import final_answer, run_call
         from toolbox.eval.generation import greedy_generate_ids
-        from toolbox.serving.tool_calls import parse, template_messages
 
         records = parts.test_records[: self.max_examples] if self.max_examples else parts.test_records
         if not len(records) or self.answer_field not in records[0] or self.field not in records[0]:

@@ -2,8 +2,9 @@
 
 ``EpisodicMemory`` (``toolbox.memory.store``) adds, searches (filters, recency, text match),
 updates, deletes and keeps the history of memories; ``toolbox.memory.embedders`` turns texts into
-vectors; ``toolbox.memory.index`` searches them; ``toolbox.memory.writer`` is the training
-callback that writes what a model got wrong into a store. See docs/memory.md.
+vectors; ``toolbox.memory.index`` searches them; ``toolbox.memory.episodes`` writes and recalls agent
+episodes (the training callback that writes what a model got wrong is
+``toolbox.trainer.callbacks.memory_writer``). See docs/memory.md.
 """
 
 from __future__ import annotations

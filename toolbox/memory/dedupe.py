@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from toolbox.memory.filters import dumps_metadata
 from toolbox.memory.index.base import VectorIndex
+from toolbox.memory.metadata_filters import dumps_metadata
 
 
 def duplicates(index: VectorIndex, vectors: np.ndarray, threshold: float) -> list[tuple[str, int] | None]:

@@ -3,7 +3,7 @@
 Ranking is by cosine similarity, optionally blended (additively) with recency,
 ``recency_weight · 0.5 ** (age / recency_half_life)``, and with a text match,
 ``text_weight · bm25 / max bm25`` from SQLite FTS5, over the union of the vector and text
-candidates, as Letta's hybrid archival search does. Filters are ``toolbox.memory.filters``.
+candidates, as Letta's hybrid archival search does. Filters are ``toolbox.memory.metadata_filters``.
 
 A filter matching at most the index's ``exact_below`` items is searched exactly over them. A
 broader one (an approximate index) searches the whole graph for more candidates than needed and
@@ -25,9 +25,9 @@ import numpy as np
 
 from toolbox.core.errors import ConfigError
 from toolbox.memory.embedders.base import Embedder
-from toolbox.memory.filters import compile_filter
 from toolbox.memory.index.base import VectorIndex
-from toolbox.memory.rows import MemoryItem, RowStore
+from toolbox.memory.metadata_filters import compile_filter
+from toolbox.memory.storage.row_store import MemoryItem, RowStore
 
 
 def query_row(embedder: Embedder, query: str | np.ndarray) -> np.ndarray:

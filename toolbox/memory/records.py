@@ -12,7 +12,7 @@ import numpy as np
 
 from toolbox.core.errors import ConfigError
 from toolbox.memory.embedders.base import Embedder, normalize_rows
-from toolbox.memory.filters import FilterError, dumps_metadata, to_epoch
+from toolbox.memory.metadata_filters import FilterError, dumps_metadata, to_epoch
 
 RECORD_KEYS = ("text", "metadata", "timestamp", "importance")
 

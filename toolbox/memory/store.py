@@ -8,13 +8,13 @@ A store is a folder::
     lock              held (flock) while a process has the store open
 
 This module is the public face; each part is a module of its own: the SQLite rows
-(``toolbox.memory.rows``), the pending log and index snapshots that make a SIGKILL harmless
-(``toolbox.memory.recovery``), the embedder and index checks on opening (``toolbox.memory.opening``),
+(``toolbox.memory.storage.row_store``), the pending log and index snapshots that make a SIGKILL harmless
+(``toolbox.memory.storage.recovery``), the embedder and index checks on opening (``toolbox.memory.storage.opening``),
 the size limit (``toolbox.memory.eviction``), the candidates and ranking of a search
 (``toolbox.memory.ranking``), deduplication (``toolbox.memory.dedupe``), what an add accepts
-(``toolbox.memory.records``), the metadata filters (``toolbox.memory.filters``) and the
-in-memory rows of the items searches return (``toolbox.memory.resident_rows``, every row, or
-``toolbox.memory.row_cache``, the recent ones).
+(``toolbox.memory.records``), the metadata filters (``toolbox.memory.metadata_filters``) and the
+in-memory rows of the items searches return (``toolbox.memory.storage.resident_rows``, every row, or
+``toolbox.memory.storage.row_cache``, the recent ones).
 
 Why this file is longer than ~400 lines: it is the whole public API of one class (open, add,
 search, get, update, delete, history, flush, stats, export, close) with its argument docs; every
@@ -39,13 +39,19 @@ from toolbox.memory import ranking
 from toolbox.memory.dedupe import duplicates, merge
 from toolbox.memory.embedders.base import Embedder
 from toolbox.memory.eviction import EVICTION, victims
-from toolbox.memory.filters import compile_filter, dumps_metadata
-from toolbox.memory.opening import acquire_lock, open_rows, resolve_index_spec
+from toolbox.memory.metadata_filters import compile_filter, dumps_metadata
 from toolbox.memory.records import batch, check_text, from_record, to_time
-from toolbox.memory.recovery import IndexLog
-from toolbox.memory.resident_rows import ResidentRows
-from toolbox.memory.row_cache import RowCache
-from toolbox.memory.rows import SCHEMA_VERSION, MemoryItem, MemoryStoreError, RowStore, Transaction
+from toolbox.memory.storage.opening import acquire_lock, open_rows, resolve_index_spec
+from toolbox.memory.storage.recovery import IndexLog
+from toolbox.memory.storage.resident_rows import ResidentRows
+from toolbox.memory.storage.row_cache import RowCache
+from toolbox.memory.storage.row_store import (
+    SCHEMA_VERSION,
+    MemoryItem,
+    MemoryStoreError,
+    RowStore,
+    Transaction,
+)
 
 __all__ = ["EpisodicMemory", "MemoryItem", "MemoryStoreError", "SCHEMA_VERSION"]
 DEDUPE = ("off", "skip", "merge")
@@ -77,9 +83,9 @@ class EpisodicMemory:
         index_fields: metadata keys to give an SQLite expression index, so filters on them do not
             scan every row (worth it for fields filtered on often in a large store).
         row_cache: the item rows searches answer from memory: ``"all"`` (every row, compactly,
-            loaded at the first search: no search reads SQLite; ``toolbox.memory.resident_rows``),
+            loaded at the first search: no search reads SQLite; ``toolbox.memory.storage.resident_rows``),
             a number (at most that many rows, least recently returned dropped first;
-            ``toolbox.memory.row_cache``) or 0 (every search reads its hits from SQLite). Never
+            ``toolbox.memory.storage.row_cache``) or 0 (every search reads its hits from SQLite). Never
             stale: SQLite stays the source of truth.
     """
 
@@ -237,7 +243,9 @@ class EpisodicMemory:
                 if self.dedupe == "merge":
                     for i in range(n):
                         if duplicate_of[i] is not None:
-                            self._cache.forget([ids[i]])  # before the commit (toolbox.memory.row_cache)
+                            self._cache.forget(
+                                [ids[i]]
+                            )  # before the commit (toolbox.memory.storage.row_cache)
                             merge(db, ids[i], texts[i], metadatas[i], stamps[i], importances[i], now)
                 RowStore.record(db, history)
                 first_seq = IndexLog.log(db, pending)
@@ -323,7 +331,7 @@ class EpisodicMemory:
         Args:
             query: the text to embed, or a query vector.
             k: how many to return.
-            filters: a metadata filter (``toolbox.memory.filters``); only matching items rank.
+            filters: a metadata filter (``toolbox.memory.metadata_filters``); only matching items rank.
             recency_half_life: seconds after which an item's recency bonus halves (None: no bonus).
             recency_weight: the weight of the recency bonus (0..1 added to the similarity).
             text_weight: the weight of the FTS5 BM25 text match, normalised to 0..1 (0: off).
@@ -385,7 +393,7 @@ class EpisodicMemory:
         new_time = item.timestamp if timestamp is None else to_time(timestamp, now)
         new_importance = item.importance if importance is None else float(importance)
         vector = self.embedder.embed([new_text])[0] if new_text != item.text else None
-        self._cache.forget([item.id])  # before the commit (toolbox.memory.row_cache)
+        self._cache.forget([item.id])  # before the commit (toolbox.memory.storage.row_cache)
         with self._transaction() as db:
             RowStore.update(db, item.id, new_text, meta_json, new_time, new_importance, now)
             if vector is not None:
@@ -419,7 +427,7 @@ class EpisodicMemory:
         return len(ids)
 
     def _delete_ids(self, ids: list[int], op: str) -> None:
-        self._cache.forget(ids)  # before the commit (toolbox.memory.row_cache)
+        self._cache.forget(ids)  # before the commit (toolbox.memory.storage.row_cache)
         with self._transaction() as db:
             RowStore.delete_rows(db, ids, op, time.time())
             IndexLog.log(db, [(i, None) for i in ids])
@@ -509,7 +517,7 @@ class EpisodicMemory:
 
     def _close_handles(self) -> None:
         if getattr(self, "_cache", None) is not None:
-            self._cache.close()  # before the connection (toolbox.memory.row_cache.RowCache.close)
+            self._cache.close()  # before the connection (toolbox.memory.storage.row_cache.RowCache.close)
         inner = getattr(self, "embedder", None)
         if inner is not None and hasattr(inner, "close"):
             inner.close()

@@ -36,6 +36,7 @@ from torch import nn
 
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ADAPTERS
+from toolbox.nn.export import export_pretrained
 
 log = logging.getLogger(__name__)
 
@@ -336,8 +337,6 @@ def _is_quant_state(name: str) -> bool:
 
 def export_adapted(model: nn.Module, tokenizer: Any, run_dir: Path, export_dir: str, merge: bool) -> None:
     """Write ``<run>/adapter`` (peft format) and ``<run>/<export_dir>`` (merged, or the adapter)."""
-    from toolbox.trainer.callbacks.checkpoint import export_pretrained
-
     model = getattr(model, "module", model)
     export_pretrained(model, tokenizer, run_dir / "adapter")
     if merge:

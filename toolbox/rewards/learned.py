@@ -62,7 +62,7 @@ def reward_model(
         return model
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from toolbox.nn.models.tiny_llama import _check_heads
+    from toolbox.nn.models.head_sizes import check_heads
 
     if vocab_size is None:
         from toolbox.core.errors import ConfigError
@@ -70,7 +70,7 @@ def reward_model(
         raise ConfigError(
             "model 'reward_model' needs vocab_size (injected from the tokenizer) or model.path."
         )
-    _check_heads(hidden_size, num_heads, None)
+    check_heads(hidden_size, num_heads, None)
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,

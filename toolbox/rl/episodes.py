@@ -208,7 +208,7 @@ class EpisodeRunner:
 
     # one reply ---------------------------------------------------------------------------------
     def _advance(self, episode: Episode, completion: Completion) -> None:
-        from toolbox.serving.tool_calls import parse
+        from toolbox.data.hermes.calls import parse
 
         tokens = list(completion.token_ids)
         logps = completion.logprobs or [0.0] * len(tokens)

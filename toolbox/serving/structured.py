@@ -121,3 +121,24 @@ def allowed_tokens(matchers: list[Any], vocab_size: int, device: torch.device | 
     bits = torch.arange(32, dtype=torch.int32)
     allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(matchers), words * 32)[:, :vocab_size]
     return allowed.to(device)
+
+
+def forced_tool_call(tools: list[dict[str, Any]], name: str | None = None) -> StructuredOutput:
+    """The grammar of exactly one Hermes tool call (``toolbox.data.hermes``): to ``name``, or to any of ``tools`` (OpenAI tool dicts)."""
+    options = []
+    for tool in tools:
+        fn = tool["function"]
+        if name is not None and fn["name"] != name:
+            continue
+        params = fn.get("parameters") or {"type": "object"}
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": fn["name"]}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    lark = 'start: "<tool_call>" call "</tool_call>"\ncall: %json ' + json.dumps(schema) + "\n"
+    return StructuredOutput(lark=lark, field="tools")

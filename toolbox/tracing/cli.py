@@ -81,7 +81,7 @@ def _scores(r) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from toolbox.tracing.stores.base import open_store
+    from toolbox.tracing.stores import open_store
 
     with open_store(args.store, readonly=True) as store:
         print(f"{'id':16}  {'trace':32}  {'kind':9}  {'name':24}  {'start (UTC)':24}  {'ms':>8}  scores")
@@ -96,7 +96,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from toolbox.tracing.record import TraceError
-    from toolbox.tracing.stores.base import Query, open_store
+    from toolbox.tracing.stores import Query, open_store
 
     with open_store(args.store, readonly=True) as store:
         record = store.get(args.id)
@@ -137,7 +137,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from toolbox.tracing.stores.base import open_store
+    from toolbox.tracing.stores import open_store
 
     kinds: dict[str, dict[str, Any]] = {}
     scores: dict[str, list] = {}
@@ -195,7 +195,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import fsync_dir
     from toolbox.tracing.record import dumps
-    from toolbox.tracing.stores.base import open_store
+    from toolbox.tracing.stores import open_store
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -227,7 +227,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_to_dataset(args: argparse.Namespace) -> int:
     from toolbox.tracing.dataset import to_dataset
-    from toolbox.tracing.filters import RecordFilter
+    from toolbox.tracing.record_filters import RecordFilter
     from toolbox.tracing.redact import default_redactor
 
     filters = RecordFilter(

@@ -15,7 +15,7 @@ Formats (each row from the model calls, ``llm_call`` records, of one trace):
   later call that the filters removed): a step's row, e.g. an agent's right call before a wrong
   answer when each model call is filtered by its own reward. ``complete_calls`` (a template holding
   ``RESULT``) completes such a row whose reply the trace recorded: the tool's reply, then the
-  template with the reply in place of ``RESULT`` as the final assistant turn (``toolbox.tracing.rows``).
+  template with the reply in place of ``RESULT`` as the final assistant turn (``toolbox.tracing.training_rows``).
 - ``preference``: ``{"prompt", "chosen", "rejected"}`` from sibling generations (model calls with
   the same parent and the same inputs, as a GRPO group), the best and the worst by ``score``;
   groups whose best does not beat the worst by more than ``margin`` give none.
@@ -23,7 +23,7 @@ Formats (each row from the model calls, ``llm_call`` records, of one trace):
   passes ``label_threshold`` (a boolean score: its value).
 - ``prompts``: ``{"prompt"}`` of each model call, for RL.
 
-(The rows: ``toolbox.tracing.rows``; this file runs the conversion and keeps its card.)
+(The rows: ``toolbox.tracing.training_rows``; this file runs the conversion and keeps its card.)
 
 Prompts and completions are message lists (TRL's conversational form); ``text=True`` makes a
 prompt of one user message and a completion of one assistant message plain strings.
@@ -49,12 +49,12 @@ from pathlib import Path
 from typing import Any
 
 import toolbox.core.json_codec as codec
-from toolbox.tracing.dedupe import Deduper
-from toolbox.tracing.filters import RecordFilter, TraceIndex
 from toolbox.tracing.record import TraceError
+from toolbox.tracing.record_filters import RecordFilter, TraceIndex
 from toolbox.tracing.redact import Redactor, default_redactor
-from toolbox.tracing.rows import FORMATS, RowMaker
-from toolbox.tracing.stores.base import Query, TraceStore, open_store
+from toolbox.tracing.row_dedupe import Deduper
+from toolbox.tracing.stores import Query, TraceStore, open_store
+from toolbox.tracing.training_rows import FORMATS, RowMaker
 from toolbox.tracing.writer import SplitWriter, features_for, misfit
 
 __all__ = ["FORMATS", "Card", "to_dataset"]

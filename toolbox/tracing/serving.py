@@ -198,7 +198,7 @@ class TraceMiddleware:
     """ASGI middleware recording the OpenAI routes' requests and responses (module docstring).
 
     Args:
-        app: the ASGI app (``toolbox.serving.server.build_app``'s).
+        app: the ASGI app (``toolbox.serving.openai.app.build_app``'s).
         tracer: a RequestTracer, or a store path for one.
     """
 

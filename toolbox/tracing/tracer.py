@@ -49,7 +49,7 @@ from toolbox.tracing.record import (
     new_trace_id,
 )
 from toolbox.tracing.redact import Redactor, default_redactor
-from toolbox.tracing.stores.base import TraceStore, open_store
+from toolbox.tracing.stores import TraceStore, open_store
 
 log = logging.getLogger(__name__)
 

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from toolbox.core.atomic import atomic_write_text
+from toolbox.core.checkpointer import Checkpointer
 from toolbox.core.device import rng_state, set_rng_state
 from toolbox.core.errors import CheckpointError, ConfigError, TrainingInterrupted
 from toolbox.core.events import Event, EventBus
@@ -70,7 +71,6 @@ from toolbox.core.registry import registered_name
 from toolbox.nn.adapters import adapter_state_dict, is_adapted, with_base_weights
 from toolbox.objectives.base import Objective
 from toolbox.trainer.activation_checkpointing import enable_activation_checkpointing
-from toolbox.trainer.checkpoint import Checkpointer
 from toolbox.trainer.interrupt import StopOnSignal, agree_on_stop
 
 if TYPE_CHECKING:

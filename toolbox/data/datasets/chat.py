@@ -21,7 +21,7 @@ class Chat(TokenizedFactory):
 
     Tool-calling conversations in TRL's format work too: assistant turns with ``tool_calls``,
     ``role: tool`` replies, and the record's ``tools`` (a list or its JSON). They are rendered as
-    ``toolbox serve`` renders them (``toolbox.serving.tool_calls.template_messages``): passed to a
+    ``toolbox serve`` renders them (``toolbox.data.hermes.calls.template_messages``): passed to a
     template that renders tools and calls itself, else written into the messages in the Hermes
     form the served model answers in (``<tools>`` system message, ``<tool_call>`` content).
 
@@ -70,7 +70,7 @@ class Chat(TokenizedFactory):
     def render(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = False, tools: Any = None
     ) -> str:
-        from toolbox.serving.tool_calls import template_messages  # as toolbox serve renders them
+        from toolbox.data.hermes.calls import template_messages  # as toolbox serve renders them
 
         messages, tools = template_messages(messages, tools, str(self.tokenizer.chat_template or ""))
         return self.tokenizer.apply_chat_template(

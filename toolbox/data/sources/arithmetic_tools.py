@@ -175,7 +175,7 @@ def arithmetic_tools(
     train, test = draw(num_train, num_test, digits, seed, fixed_width, templates)
     tools = json.dumps(TOOLS)
 
-    from toolbox.serving.tool_calls import render_call
+    from toolbox.data.hermes.calls import render_call
 
     def record(p: dict[str, Any], i: int) -> Record:
         # tool_call_text: the call as the served model writes it (its characters are in the corpus

@@ -11,7 +11,7 @@ def backend_for(engine: Any, **kwargs: Any) -> DecisionBackend:
     """The decision backend over an inference engine (``torch``, ``hf``, ``http``) or an AnyJev backend."""
     from toolbox.serving.engines.hf_engine import HFEngine
     from toolbox.serving.engines.http_engine import HTTPEngine
-    from toolbox.serving.engines.torch_engine import TorchEngine
+    from toolbox.serving.engines.torch import TorchEngine
 
     if isinstance(engine, DecisionBackend):
         return engine

@@ -4,7 +4,7 @@ Flat prompts are prefilled in batches (right-padded, at their true positions). A
 sharing a prefix (the rotations of one state and question) prefills the prefix once into one slot,
 copies that slot's keys and values to the group's other rows, and runs only the suffixes (the
 option lines and the chat template's tail) after it (``SlotRunner.extend``). The runner is our
-torch engine's (``toolbox.serving.engines.runner``), with a cache of its own: the engine's slots
+torch engine's (``toolbox.serving.engines.torch.SlotRunner``), with a cache of its own: the engine's slots
 belong to the requests it is serving.
 """
 
@@ -18,7 +18,7 @@ import torch
 from toolbox.decision.backends.base import DecisionBackend, Encoded, Group
 from toolbox.decision.backends.hf import hidden_states_of
 from toolbox.serving.engines.loading import context_length
-from toolbox.serving.engines.runner import SlotRunner
+from toolbox.serving.engines.torch import SlotRunner
 
 
 class TorchDecisionBackend(DecisionBackend):

@@ -4,7 +4,7 @@ Importing this package registers them; the ``MODELS`` registry does so on its fi
 libraries (transformers) are imported only when a model that needs them is built.
 
 - ``tiny_llama``: a randomly initialised Hugging Face ``LlamaForCausalLM`` built from a config.
-- ``causal_lm``: a randomly initialised Hugging Face causal LM of any common family (llama, mistral,
+- ``causal_lm`` (``hf_random_init``): a randomly initialised Hugging Face causal LM of any common family (llama, mistral,
   qwen2, qwen3, gemma, gpt2) built from its own config class.
 - ``pretrained``: any causal LM ``AutoModelForCausalLM`` can load from a local directory or hub id.
 - ``transformer_lm``: our own small causal LM whose norm, attention and feed-forward are layer specs.
@@ -15,12 +15,20 @@ libraries (transformers) are imported only when a model that needs them is built
 
 from toolbox.nn.models import (
     actor_critic,
-    causal_lm,
     gnn,
+    hf_random_init,
     mlp_classifier,
     pretrained,
     tiny_llama,
     transformer_lm,
 )
 
-__all__ = ["actor_critic", "causal_lm", "gnn", "mlp_classifier", "pretrained", "tiny_llama", "transformer_lm"]
+__all__ = [
+    "actor_critic",
+    "gnn",
+    "hf_random_init",
+    "mlp_classifier",
+    "pretrained",
+    "tiny_llama",
+    "transformer_lm",
+]

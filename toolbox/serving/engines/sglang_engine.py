@@ -21,7 +21,7 @@ from toolbox.serving.engine import (
     SamplingParams,
 )
 from toolbox.serving.engines.loading import save_for_server
-from toolbox.serving.engines.scheduler import completion_seed
+from toolbox.serving.engines.torch.scheduler import completion_seed
 from toolbox.serving.sampling import check_params
 
 INSTALL_HINT = (

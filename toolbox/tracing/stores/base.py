@@ -155,22 +155,3 @@ class MemoryStore(TraceStore):
         for r in self.query(q):
             groups.setdefault(r.trace_id, []).append(r)
         yield from groups.values()
-
-
-def open_store(path: str | Path, *, readonly: bool = False, create: bool = True) -> TraceStore:
-    """The store at ``path``: ``.jsonl`` (or ``.jsonl.gz`` is refused) a JSONL store, ``.sqlite``,
-    ``.sqlite3`` or ``.db`` a SQLite store."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        from toolbox.tracing.stores.jsonl import JsonlStore
-
-        return JsonlStore(path, readonly=readonly, create=create)
-    if suffix in (".sqlite", ".sqlite3", ".db"):
-        from toolbox.tracing.stores.sqlite import SqliteStore
-
-        return SqliteStore(path, readonly=readonly, create=create)
-    raise TraceError(
-        f"{path}: unknown trace store type {suffix or '(no suffix)'!r}; name it *.jsonl (append-only "
-        "JSON lines) or *.sqlite (indexed, several writer processes)."
-    )

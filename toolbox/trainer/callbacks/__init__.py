@@ -5,7 +5,7 @@ from toolbox.trainer.callbacks import (  # noqa: F401 - imported to register
     console,
     early_stopping,
     jsonl,
-    memory,
+    memory_usage,
     profiler,
     throughput,
     tracing,
