@@ -175,12 +175,8 @@ async def _serve(state: _State, kind: Kind, request: Request) -> Response:
         try:
             raw = await request.body()
         except ClientDisconnect:
-            client = request.client
-            log.warning(
-                "%s left before sending its whole request body to %s; nothing was served",
-                f"{client.host}:{client.port}" if client else "a client",
-                request.url.path,
-            )
+            who = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+            log.warning("%s left before sending its whole request body to %s", who, request.url.path)
             state.metrics.disconnects += 1
             state.metrics.request_done(endpoint, 499)
             return Response(status_code=499)
