@@ -201,9 +201,24 @@ def _structured(body: Any) -> StructuredOutput | None:
     )
 
 
+def _whole(v: Any) -> Any:
+    return int(v) if type(v) is float and v.is_integer() else v
+
+
+def _integers(data: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema counts ``5.0`` as an integer, strict pydantic does not: whole numbers of the
+    fields and their (nested) lists become ints (the int fields of this API live there)."""
+    for k, v in data.items():
+        if type(v) is list:
+            data[k] = [[_whole(x) for x in y] if type(y) is list else _whole(y) for y in v]
+        else:
+            data[k] = _whole(v)
+    return data
+
+
 def _validated(raw: bytes, kind: Kind, allow_unknown: bool) -> Any:
     try:
-        data = decode_json(raw)
+        data = _integers(decode_json(raw))
         model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
         return validate(model_cls, data, allow_unknown)
     except RecursionError:  # a validator's recursion: the body's nesting is checked before, this is a guard
