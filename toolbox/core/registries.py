@@ -39,6 +39,7 @@ TRAINERS = Registry(
         "toolbox.trainer.preference",
         "toolbox.trainer.trl_dpo",
         "toolbox.trainer.grpo",
+        "toolbox.trainer.agent_grpo",
         "toolbox.trainer.trl_sft",
         "toolbox.trainer.trl_grpo",
         "toolbox.trainer.ppo_env",
@@ -67,3 +68,4 @@ EVALUATORS = Registry(
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
 VECTOR_INDEXES = Registry("vector_index", modules=("toolbox.memory.index",))
 ENVS = Registry("env", modules=("toolbox.rl.envs",))
+TEXT_ENVS = Registry("text_env", modules=("toolbox.rl.text_envs",))
