@@ -113,7 +113,7 @@ def test_jsonl_reader_skips_and_counts_a_line_cut_by_a_crash(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert [r.id for r in store.query()] == ["a", "b", "d"]
     assert store.skipped == 1
-    assert "skipped 1 line(s)" in caplog.text
+    assert "skipped 1 record(s): not JSON (a cut line)" in caplog.text
 
 
 def test_bad_stores_fail_naming_the_file_and_the_fix(tmp_path):

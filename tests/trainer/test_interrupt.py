@@ -46,10 +46,14 @@ def test_signal_at_step_n_checkpoints_step_n_and_resume_continues(tiny_overrides
     ckpts = run_dir / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_00000007"]  # no temp folder left
     assert not (run_dir / "model").exists()  # an interrupted run does not look finished
-    assert signal.getsignal(sig) is not None and signal.getsignal(sig) == {
-        signal.SIGINT: signal.default_int_handler,
-        signal.SIGTERM: signal.SIG_DFL,
-    }[sig]  # the previous handler is back
+    assert (
+        signal.getsignal(sig) is not None
+        and signal.getsignal(sig)
+        == {
+            signal.SIGINT: signal.default_int_handler,
+            signal.SIGTERM: signal.SIG_DFL,
+        }[sig]
+    )  # the previous handler is back
 
     second = _build([*run, "resume_from=auto"])
     started = []
@@ -66,7 +70,13 @@ def test_signal_at_step_n_checkpoints_step_n_and_resume_continues(tiny_overrides
 
 def test_ctrl_c_of_toolbox_train_leaves_a_checkpoint_at_the_last_logged_step(tiny, tmp_path):
     run_dir = tmp_path / "run"
-    args = [*tiny, "trainer.max_steps=100000", "trainer.save_every=0", "callbacks=default", "~callbacks.console"]
+    args = [
+        *tiny,
+        "trainer.max_steps=100000",
+        "trainer.save_every=0",
+        "callbacks=default",
+        "~callbacks.console",
+    ]
     proc = subprocess.Popen(
         [sys.executable, "-m", "toolbox.cli", "train", *args, f"run_dir={run_dir}"],
         stdout=subprocess.PIPE,

@@ -6,7 +6,11 @@ is a ``ValueError`` naming the field, a server's 400). Every completion then wal
 the matcher: before each step ``allowed_tokens`` turns the matchers' bitmasks into a ``[B, V]``
 mask that ``sampling.process_logits`` applies (a forbidden token gets -inf, so greedy and sampled
 rows alike stay inside the grammar); after it the sampled token is consumed, and a matcher that
-reached the end of its grammar ends the completion (finish_reason "stop").
+reached the end of its grammar ends the completion (finish_reason "stop"). A grammar that no token
+of the vocabulary can start is refused with the request (a tokenizer without ``{`` cannot write
+JSON); one that the vocabulary cannot continue midway (no token allowed: the sampled one breaks
+the matcher) ends the completion as cut, finish_reason "length", never "stop": a "stop" output
+is always complete.
 
 Why llguidance (not xgrammar or outlines-core): it installs here beside torch 2.13 with no other
 dependency (xgrammar pulls triton and a TVM runtime), computes a mask lazily per step with an
@@ -103,7 +107,22 @@ class Grammars:
         matcher = llguidance.LLMatcher(self.table(), grammar_of(spec), log_level=0)
         if matcher.is_error():
             raise GrammarError(f"{spec.field}: the schema or grammar cannot be used: {matcher.get_error()}")
+        first = allowed_tokens([matcher], self.vocab_size, "cpu")
+        if first is not None and not bool(first[0, self._writable()].any()):
+            raise GrammarError(
+                f"{spec.field}: this model's vocabulary cannot write any output the schema or grammar "
+                "allows (no token of it can start one); use a model whose tokenizer has the characters "
+                "JSON needs, or leave the constraint out"
+            )
         return matcher
+
+    def _writable(self) -> torch.Tensor:
+        """``[V]`` bool: the tokens that write text (not an end of sequence, not a special token:
+        llguidance may let a special token through a mask)."""
+        special = set(self.eos_ids) | set(getattr(self.tokenizer, "all_special_ids", None) or ())
+        mask = torch.ones(self.vocab_size, dtype=torch.bool)
+        mask[[i for i in special if 0 <= i < self.vocab_size]] = False
+        return mask
 
 
 def allowed_tokens(matchers: list[Any], vocab_size: int, device: torch.device | str) -> torch.Tensor | None:

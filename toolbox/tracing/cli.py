@@ -162,6 +162,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             last = r.start_time if last is None else max(last, r.start_time)
             for s in r.scores:
                 scores.setdefault(s.name, []).append(s.value)
+        skipped = store.skips.to_dict()
     out: dict[str, Any] = {
         "store": str(args.store),
         "records": sum(k["records"] for k in kinds.values()),
@@ -172,6 +173,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "last": _iso(last),
         "kinds": {},
         "scores": {},
+        "skipped": skipped,
     }
     for name, k in sorted(kinds.items()):
         lat = k.pop("latency")

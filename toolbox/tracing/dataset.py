@@ -72,6 +72,7 @@ class Card:
     removed: dict[str, int] = field(default_factory=dict)
     splits: dict[str, int] = field(default_factory=dict)
     redactions: int = 0
+    skipped: dict[str, dict[str, int]] = field(default_factory=lambda: {"records": {}, "scores": {}})
     seconds: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
 
@@ -88,6 +89,7 @@ class Card:
             "removed": dict(sorted(self.removed.items())),
             "rows_out": self.splits,
             "redactions": self.redactions,
+            "skipped": self.skipped,
             "seconds": round(self.seconds, 3),
             "settings": self.settings,
         }
@@ -98,6 +100,10 @@ class Card:
             "",
             f"Source: `{self.source}`. Records read: {self.records} in {self.traces} traces; "
             f"candidate rows: {self.candidates}; redactions: {self.redactions}.",
+            "",
+            "| skipped (not a record or score) | count |",
+            "|---|---|",
+            *[f"| {what}: {k} | {v} |" for what, d in self.skipped.items() for k, v in d.items()],
             "",
             "| removed by | rows |",
             "|---|---|",
@@ -245,6 +251,7 @@ def to_dataset(
             if owns:
                 src.close()
         card.redactions = redactor.count if redactor is not None else 0
+        card.skipped = src.skips.to_dict()
         if not any(writer.counts.values()):
             raise TraceError(_empty_message(card, filters))
         card.splits = writer.save(progress=progress)

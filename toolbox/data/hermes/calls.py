@@ -75,6 +75,15 @@ def parse(text: str) -> tuple[str | None, list[ParsedCall]]:
     return ("".join(kept).strip() or None), calls
 
 
+def without_cut_call(content: str) -> str | None:
+    """``content`` without a last ``<tool_call>`` block that never closed (max_tokens cut it: it is
+    neither a call nor text the model meant); None if nothing is left."""
+    start = content.rfind("<tool_call>")
+    if start < 0 or "</tool_call>" in content[start:]:
+        return content
+    return content[:start].strip() or None
+
+
 def template_messages(
     messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, template: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:

@@ -7,11 +7,15 @@ ending in ``data: [DONE]``; ``stream_options.include_usage``; sampling, penaltie
 ``Authorization: Bearer KEY`` (401). ``GET /openapi.json`` publishes the request schemas and every
 status a route answers.
 
-The parts: ``body_limit.py`` refuses a body over the size limit as it is read;
-``request.py`` turns a body into a ``RequestContext`` (strict JSON, field checks, prompt
-bounds, tokenization off the event loop); ``engine_front.py`` submits it to the engine;
+The parts: ``timeouts.py`` closes a connection whose request headers take longer than
+``Limits.header_timeout_s``; ``body_limit.py`` refuses a body over the size limit, or slower
+than ``Limits.body_timeout_s``, as it is read; ``request.py`` turns a body into a
+``RequestContext`` (bounded JSON, parsed and validated off the event loop, field checks, prompt
+bounds, tokenization in a worker thread); ``engine_front.py`` submits it to the engine;
 ``response.py`` formats the answer, whole or streamed; ``errors.py`` holds the error
-bodies and statuses. A client that disconnects cancels its generation; on SIGTERM or SIGINT uvicorn
+bodies and statuses. A client that disconnects cancels its generation (one that leaves before its
+body is read is one warning line); fields accepted and ignored are named in the response's
+``X-Ignored-Fields`` header and a warning; on SIGTERM or SIGINT uvicorn
 stops accepting connections and the requests in flight finish before the engine stops.
 
 Build the app around an engine with ``build_app(engine, model_name)``; ``serve(...)`` runs it.
@@ -31,14 +35,17 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from toolbox.serving.engine import InferenceEngine, RequestOutput, StreamDelta
 from toolbox.serving.openai.body_limit import BodyLimit
 from toolbox.serving.openai.engine_front import EngineFront
 from toolbox.serving.openai.errors import APIError, engine_error, error_body
+from toolbox.serving.openai.json_body import max_values
 from toolbox.serving.openai.metrics import ServerMetrics
 from toolbox.serving.openai.openapi import openapi_document
 from toolbox.serving.openai.request import (
+    MAX_COMPLETIONS,
     Kind,
     Limits,
     RequestContext,
@@ -59,6 +66,7 @@ class _State:
         self.model_name = model_name
         self.limits = limits
         self.char_limit = prompt_char_limit(engine, limits)
+        self.value_limit = max_values(engine.max_model_len, self.char_limit, MAX_COMPLETIONS)
         self.metrics = ServerMetrics()
         self.created = int(time.time())
         self.draining = False
@@ -104,6 +112,8 @@ def build_app(
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError) -> JSONResponse:
         headers = {"Retry-After": "1"} if e.status in (429, 503) else None
+        if e.status in (408, 413):  # the rest of the body is not read: the connection cannot go on
+            headers = {"Connection": "close"}
         return JSONResponse(e.body(), e.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -152,7 +162,7 @@ def build_app(
         return await _serve(state, "chat", request)
 
     app.openapi = lambda: openapi_document(app, model_name)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     return app
 
 
@@ -162,8 +172,17 @@ async def _serve(state: _State, kind: Kind, request: Request) -> Response:
     try:
         if state.draining:
             raise APIError(503, "the server is shutting down", "service_unavailable", None, "shutting_down")
-        raw = await request.body()
-        ctx = await parse_request(raw, kind, state.engine, state.model_name, state.limits, state.char_limit)
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            who = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+            log.warning("%s left before sending its whole request body to %s", who, request.url.path)
+            state.metrics.disconnects += 1
+            state.metrics.request_done(endpoint, 499)
+            return Response(status_code=499)
+        ctx = await parse_request(
+            raw, kind, state.engine, state.model_name, state.limits, state.char_limit, state.value_limit
+        )
         try:
             handles = state.front.submit_all(ctx.prompts, ctx.params, ctx.stream)
         except Exception as e:
@@ -172,13 +191,18 @@ async def _serve(state: _State, kind: Kind, request: Request) -> Response:
         state.metrics.request_done(endpoint, e.status)
         raise
     formatter = ResponseFormatter(ctx, state.engine.tokenizer)
+    ignored = {"X-Ignored-Fields": ", ".join(ctx.ignored)} if ctx.ignored else {}
+    if ctx.ignored:
+        log.warning("fields present in the request but ignored: %s", ", ".join(ctx.ignored))
     if ctx.stream:
         return _ClosingStreamingResponse(
             _stream(state, ctx, formatter, handles),
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored},
         )
-    return await _whole(state, ctx, formatter, request, handles)
+    response = await _whole(state, ctx, formatter, request, handles)
+    response.headers.update(ignored)
+    return response
 
 
 async def _whole(
@@ -338,10 +362,14 @@ def serve(
         from toolbox.tracing.serving import TraceMiddleware
 
         app = TraceMiddleware(app, trace)
+    from toolbox.serving.openai.timeouts import guarded_h11
+
+    limits = limits or Limits()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=guarded_h11(limits.header_timeout_s),
         log_level=log_level,
         timeout_graceful_shutdown=int(drain_timeout),
         timeout_keep_alive=30,

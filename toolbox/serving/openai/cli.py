@@ -67,6 +67,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_request_bytes,
             max_prompt_chars=args.max_prompt_chars,
             allow_unknown_fields=args.allow_unknown_fields,
+            header_timeout_s=args.header_timeout,
+            body_timeout_s=args.body_timeout,
         ),
         trace=args.trace,
     )
@@ -91,6 +93,18 @@ def add_serve_parser(sub: Any) -> None:
         type=int,
         default=None,
         help="longer prompts are refused before tokenizing (default: the context x the longest token)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request's headers may take to arrive; slower ones get 408 and are closed",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a request's body may take to arrive; slower ones get 408 and are closed",
     )
     p.add_argument(
         "--allow-unknown-fields",

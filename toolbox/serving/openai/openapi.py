@@ -21,7 +21,8 @@ _ERRORS = {
     "400": "the request cannot be served: malformed JSON, a bad or unknown field, a prompt too long",
     "401": "the API key is missing or wrong",
     "404": "the model does not exist",
-    "413": "the body is larger than the server's limit",
+    "408": "the body took longer than the server's body timeout to arrive",
+    "413": "the body is larger than the server's limit, or holds more values than the model can use",
     "429": "the engine's queue is full; retry later",
     "503": "the server is shutting down",
 }

@@ -6,22 +6,39 @@ extensions define is refused too, unless the server runs with ``--allow-unknown-
 dropped; ``request.py`` does that before validation). vLLM's extensions (``top_k``,
 ``min_p``, ``repetition_penalty``, ``ignore_eos``, ``stop_token_ids``, ``return_tokens_as_token_ids``,
 ``return_token_ids``) are accepted. Ranges are OpenAI's: temperature 0..2, presence and frequency
-penalties -2..2, logit_bias values -100..100 keyed by integer token ids.
+penalties -2..2, logit_bias values -100..100 keyed by integer token ids. Bodies are validated in
+strict mode (``request.validate``): a boolean is ``true`` or ``false``, never ``0``.
+
+Fields the official client may send to a chat completion that change nothing a local model does
+(``IGNORED_FIELDS``: storage, metadata, reasoning and verbosity hints, service tiers, prompt-cache
+keys, a predicted output) are accepted with their OpenAI types and ignored; the response names
+them (``X-Ignored-Fields``) and the server logs a warning, as vLLM does. Those it cannot honour
+(``audio``, ``functions``, ``function_call``, ``moderation``, ``web_search_options``) stay 400s.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from toolbox.serving.engine import SamplingParams
 
-MAX_N = 16
+MAX_N = 16  # completions per prompt; a request's prompts x n are at most 64 (request.py)
 Strict = ConfigDict(extra="forbid", allow_inf_nan=False)
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+def _only_false(value: bool) -> bool:
+    if value:
+        raise ValueError("not supported: only false")
+    return value
+
+
+# a boolean that must be false (``Literal[False]`` would take 0, which strict JSON does not)
+OnlyFalse = Annotated[bool, AfterValidator(_only_false), WithJsonSchema({"type": "boolean", "const": False})]
 
 
 class StreamOptions(BaseModel):
@@ -134,7 +151,7 @@ class CompletionRequest(_Sampling):
     )
     max_tokens: Annotated[int, Field(ge=1)] | None = 16
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
-    echo: Literal[False] = Field(False, description="not supported: only false")
+    echo: OnlyFalse = Field(False, description="not supported: only false")
     suffix: None = Field(None, description="not supported: only null")
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = Field(
         None, description="supported only equal to n (the n completions are all returned)"
@@ -254,6 +271,30 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
+class PredictedContent(BaseModel):
+    """``prediction``: a guess at the output, a speed hint for OpenAI's models (ignored here)."""
+
+    model_config = Strict
+    type: Literal["content"]
+    content: Content
+
+
+IGNORED_FIELDS = frozenset(
+    {
+        "store",
+        "metadata",
+        "reasoning_effort",
+        "verbosity",
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+        "prediction",
+        "modalities",
+    }
+)
+
+
 class ChatCompletionRequest(_Sampling):
     """``POST /v1/chat/completions``: messages rendered with the model's chat template."""
 
@@ -264,6 +305,17 @@ class ChatCompletionRequest(_Sampling):
     tools: Annotated[list[Tool], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    # accepted and ignored (IGNORED_FIELDS)
+    store: bool | None = None
+    metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    safety_identifier: str | None = None
+    prediction: PredictedContent | None = None
+    modalities: list[Literal["text"]] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:

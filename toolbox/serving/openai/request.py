@@ -5,9 +5,15 @@ another:
 
 1. the body's size (``Limits.max_body_bytes``) is enforced while it is read (``BodyLimit`` in
    ``body_limit.py``, ASGI middleware: a 413);
-2. JSON is parsed strictly: no NaN/Infinity, no lone UTF-16 surrogate (either is a 400 that says so);
-3. unknown fields are a 400 naming them (or, with ``allow_unknown_fields``, dropped);
-4. pydantic validates the fields (``protocol.py``), an unknown model is a 404;
+2. the body may hold no more JSON values than the model can use (counted on the raw bytes before
+   anything is parsed: a 413, ``json_body.py``); then, in a worker thread, JSON is parsed strictly:
+   no NaN/Infinity, no lone UTF-16 surrogate, no nesting past ``json_body.MAX_DEPTH`` (each a 400
+   that says so);
+3. unknown fields are a 400 naming them (or, with ``allow_unknown_fields``, dropped); fields an
+   OpenAI client may send that change nothing here (``store``, ``metadata``, ``reasoning_effort``,
+   ...: ``protocol.IGNORED_FIELDS``) are accepted and named in ``RequestContext.ignored``;
+4. pydantic validates the fields in strict mode (``protocol.py``: ``0`` is not a boolean,
+   ``"5"`` not a number), an unknown model is a 404;
 5. the prompt's length in characters is checked against ``Limits.max_prompt_chars`` before anything
    is tokenized: a text longer than the context's tokens times the longest token's characters
    cannot fit, so it is refused at once;
@@ -18,7 +24,6 @@ another:
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,7 +34,13 @@ from pydantic import BaseModel, ValidationError
 from toolbox.data.hermes import calls as tool_calls
 from toolbox.serving.engine import InferenceEngine, SamplingParams, StructuredOutput
 from toolbox.serving.openai.errors import APIError, bad_request
-from toolbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest, NamedToolChoice
+from toolbox.serving.openai.json_body import check_size, decode_json
+from toolbox.serving.openai.protocol import (
+    IGNORED_FIELDS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    NamedToolChoice,
+)
 from toolbox.serving.structured import forced_tool_call
 
 MAX_COMPLETIONS = 64  # prompts x n of one request
@@ -38,11 +49,15 @@ Kind = Literal["completions", "chat"]
 
 @dataclass
 class Limits:
-    """What one request may cost. ``max_prompt_chars`` None: derived from the engine's context."""
+    """What one request may cost. ``max_prompt_chars`` None: derived from the engine's context.
+    ``header_timeout_s`` / ``body_timeout_s``: the time a request's headers / body may take to
+    arrive (a 408 and the connection closed after it)."""
 
     max_body_bytes: int = 8 * 2**20
     max_prompt_chars: int | None = None
     allow_unknown_fields: bool = False
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
 
 
 @dataclass
@@ -58,6 +73,7 @@ class RequestContext:
     as_ids: bool = False  # return_tokens_as_token_ids
     return_token_ids: bool = False
     parse_tool_calls: bool = False  # chat with tools: cut <tool_call> blocks into tool_calls
+    ignored: list[str] = field(default_factory=list)  # fields accepted and ignored (IGNORED_FIELDS)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     t0: float = field(default_factory=time.perf_counter)
@@ -69,44 +85,6 @@ class RequestContext:
     @property
     def chat(self) -> bool:
         return self.kind == "chat"
-
-
-# 2. JSON ------------------------------------------------------------------------------------------
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
-
-
-def _check_unicode(value: Any, path: str = "") -> None:
-    """A lone UTF-16 surrogate (``"\\ud800"``) cannot be encoded as UTF-8, nor tokenized."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise bad_request(
-                f"{path or 'the body'}: the string holds a lone UTF-16 surrogate "
-                f"({value[e.start]!r} at character {e.start}); send valid Unicode",
-                path or None,
-            ) from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_unicode(k, path)
-            _check_unicode(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_unicode(v, f"{path}.{i}" if path else str(i))
-
-
-def decode_json(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        raise bad_request("the request has no body; send a JSON object")
-    try:
-        data = json.loads(raw, parse_constant=_no_constant)
-    except ValueError as e:
-        raise bad_request(f"the request body is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise bad_request(f"the request body must be a JSON object, not a {type(data).__name__}")
-    _check_unicode(data)
-    return data
 
 
 # 3-4. fields ----------------------------------------------------------------------------------------
@@ -140,7 +118,7 @@ def validate(model: type[BaseModel], data: dict[str, Any], allow_unknown: bool) 
     """The validated body; a 400 naming the first bad field (unknown ones first)."""
     for _ in range(8):  # with allow_unknown: drop what is unknown, then validate again
         try:
-            return model.model_validate(data)
+            return model.model_validate(data, strict=True)
         except ValidationError as e:
             errors = e.errors(include_url=False)
             extra = [err for err in errors if err["type"] == "extra_forbidden"]
@@ -224,13 +202,43 @@ def _structured(body: Any) -> StructuredOutput | None:
     )
 
 
+def _whole(v: Any) -> Any:
+    return int(v) if type(v) is float and v.is_integer() else v
+
+
+def _integers(data: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema counts ``5.0`` as an integer, strict pydantic does not: whole numbers of the
+    fields and their (nested) lists become ints (the int fields of this API live there)."""
+    for k, v in data.items():
+        if type(v) is list:
+            data[k] = [[_whole(x) for x in y] if type(y) is list else _whole(y) for y in v]
+        else:
+            data[k] = _whole(v)
+    return data
+
+
+def _validated(raw: bytes, kind: Kind, allow_unknown: bool) -> Any:
+    try:
+        data = _integers(decode_json(raw))
+        model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
+        return validate(model_cls, data, allow_unknown)
+    except RecursionError:  # a validator's recursion: the body's nesting is checked before, this is a guard
+        raise bad_request("the request body is nested too deeply; flatten it") from None
+
+
 async def parse_request(
-    raw: bytes, kind: Kind, engine: InferenceEngine, model_name: str, limits: Limits, char_limit: int | None
+    raw: bytes,
+    kind: Kind,
+    engine: InferenceEngine,
+    model_name: str,
+    limits: Limits,
+    char_limit: int | None,
+    value_limit: int | None = None,
 ) -> RequestContext:
-    """The request's context, or the ``APIError`` it is answered with."""
-    data = decode_json(raw)
-    model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
-    body = validate(model_cls, data, limits.allow_unknown_fields)
+    """The request's context, or the ``APIError`` it is answered with. ``value_limit``: the most
+    JSON values the body may hold (``json_body.max_values``), checked before it is parsed."""
+    check_size(raw, value_limit)
+    body = await asyncio.to_thread(_validated, raw, kind, limits.allow_unknown_fields)
     if body.model != model_name:
         raise APIError(
             404,
@@ -276,7 +284,9 @@ async def parse_request(
     except Exception as e:
         what = "render the messages with the chat template" if kind == "chat" else "tokenize the prompt"
         raise bad_request(f"could not {what}: {e}", param) from None
-    return _context(kind, body, model_name, prompts, engine)
+    ctx = _context(kind, body, model_name, prompts, engine)
+    ctx.ignored = sorted(IGNORED_FIELDS & body.model_fields_set)
+    return ctx
 
 
 def _too_long(limit: int, n: int, param: str) -> APIError:

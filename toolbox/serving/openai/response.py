@@ -175,6 +175,8 @@ class ResponseFormatter:
                 content, parsed = tool_calls.parse(piece.text)
                 calls = [c.to_openai() for c in parsed]
                 called = bool(calls)
+                if piece.finish_reason == "length" and content is not None:
+                    content = tool_calls.without_cut_call(content)  # a call max_tokens cut is no text
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if streamed and state.started:
                 message.pop("role")
@@ -187,7 +189,8 @@ class ResponseFormatter:
                 else None
             )
             finish = piece.finish_reason
-            choice["finish_reason"] = "tool_calls" if called and finish is not None else finish
+            # "tool_calls" only for calls that were finished: one cut by max_tokens ends "length"
+            choice["finish_reason"] = "tool_calls" if called and finish == "stop" else finish
         else:
             choice["text"] = piece.text
             choice["logprobs"] = (

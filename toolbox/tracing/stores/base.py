@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolbox.tracing.record import ActionRecord, Score, TraceError
+from toolbox.tracing.validate import Skips
 
 
 @dataclass
@@ -79,6 +80,7 @@ class TraceStore(ABC):
     """Where records live. Use as a context manager or call ``close``."""
 
     path: Path
+    skips: Skips  # what the last read skipped, by reason (toolbox.tracing.validate)
 
     @abstractmethod
     def write(self, records: Iterable[ActionRecord], lines: list[str] | None = None) -> int:
@@ -121,6 +123,7 @@ class MemoryStore(TraceStore):
 
     def __init__(self) -> None:
         self.path = Path(":memory:")
+        self.skips = Skips()  # records in memory were made as records: nothing to skip
         self.records: list[ActionRecord] = []
         self._ids: set[str] = set()
 

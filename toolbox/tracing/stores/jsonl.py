@@ -2,8 +2,9 @@
 
 Writers append whole lines with one ``write`` on a file opened in append mode, so several processes
 can append to one file. A process killed mid-line leaves a cut last line: the next writer starts
-on a fresh line, and the reader skips every line that does not parse, counts them and warns once
-per read (``store.skipped``). Unlike the SQLite store it has no index: a query reads the file.
+on a fresh line, and the reader skips every line that does not parse or is not a record
+(``toolbox.tracing.validate``), and every score line that is not a score, counts them by reason and
+warns once per read (``store.skips``). Unlike the SQLite store it has no index: a query reads the file.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from toolbox.core.json_codec import loads
 from toolbox.tracing.record import ActionRecord, Score, TraceError, dumps
 from toolbox.tracing.stores.base import Query, TraceStore
+from toolbox.tracing.validate import MalformedRecord, Skips, record_from_dict, score_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ class JsonlStore(TraceStore):
     def __init__(self, path: str | Path, readonly: bool = False, create: bool = True) -> None:
         self.path = Path(path)
         self.readonly = readonly
-        self.skipped = 0
+        self.skips = Skips()
         self._file = None
         if not self.path.exists() and (readonly or not create):
             raise TraceError(f"{self.path}: no such trace store; check the path (or record traces first).")
@@ -82,6 +84,11 @@ class JsonlStore(TraceStore):
         with open(self.path, "rb") as f:
             yield from enumerate(f, 1)
 
+    @property
+    def skipped(self) -> int:
+        """Lines of records the last read skipped."""
+        return sum(self.skips.records.values())
+
     def _scores(self) -> dict[str, list[Score]]:
         scores: dict[str, list[Score]] = {}
         for _, line in self._lines():
@@ -89,8 +96,16 @@ class JsonlStore(TraceStore):
                 try:
                     d = json.loads(line)
                 except ValueError:
+                    self.skips.score("not JSON (a cut line)")
                     continue
-                scores.setdefault(d.pop("_score"), []).append(Score.from_dict(d))
+                record_id = d.pop("_score", None)
+                if type(record_id) is not str:
+                    self.skips.score("score: its record id is not a string")
+                    continue
+                try:
+                    scores.setdefault(record_id, []).append(score_from_dict(d))
+                except MalformedRecord as e:
+                    self.skips.score(e.reason)
         return scores
 
     def _parse(self, i: int, line: bytes, scores: dict[str, list[Score]]) -> ActionRecord | None:
@@ -98,19 +113,21 @@ class JsonlStore(TraceStore):
             return None
         try:
             d = loads(line)
-            if not isinstance(d, dict) or "kind" not in d or "id" not in d:
-                raise ValueError("not a record")
         except ValueError:
-            self.skipped += 1
+            self.skips.record("not JSON (a cut line)")
             return None
-        r = ActionRecord.from_dict(d, where=f"{self.path} line {i}")
+        try:
+            r = record_from_dict(d, where=f"{self.path} line {i}", skips=self.skips)
+        except MalformedRecord as e:
+            self.skips.record(e.reason)
+            return None
         extra = scores.get(r.id)
         if extra:
             r.scores.extend(extra)
         return r
 
     def _records(self) -> Iterator[ActionRecord]:
-        self.skipped = 0
+        self.skips.clear()
         scores = self._scores()
         good = 0
         for i, line in self._lines():
@@ -126,12 +143,7 @@ class JsonlStore(TraceStore):
                 f"{self.path}: none of its {self.skipped} lines is a trace record; it is not a JSONL "
                 "trace store (or is corrupt): check the path."
             )
-        if self.skipped:
-            log.warning(
-                "%s: skipped %d line(s) that do not parse (cut by a crash while being written)",
-                self.path,
-                self.skipped,
-            )
+        self.skips.warn(self.path)
 
     def query(self, q: Query | None = None) -> Iterator[ActionRecord]:
         q = q or Query()
@@ -152,8 +164,8 @@ class JsonlStore(TraceStore):
         if k == 1:
             yield from _group(r for r in self._records() if q.matches(r))
             return
+        self.skips.clear()
         scores = self._scores()
-        self.skipped = 0
         good = 0
         with tempfile.TemporaryDirectory(prefix="traces-", dir=self.path.parent) as tmp:
             buckets = [open(Path(tmp) / f"{b}.jsonl", "wb") for b in range(k)]

@@ -28,6 +28,7 @@ from toolbox.core.json_codec import loads
 from toolbox.core.sqlite_busy import is_locked, until_unlocked
 from toolbox.tracing.record import SCHEMA_VERSION, ActionRecord, Score, TraceError, dumps
 from toolbox.tracing.stores.base import Query, TraceStore
+from toolbox.tracing.validate import MalformedRecord, Skips, record_from_dict
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -69,6 +70,7 @@ class SqliteStore(TraceStore):
         self.path = Path(path)
         self.readonly = readonly
         self.busy_timeout = busy_timeout
+        self.skips = Skips()
         if not self.path.exists() and (readonly or not create):
             raise TraceError(f"{self.path}: no such trace store; check the path (or record traces first).")
         if not readonly:
@@ -248,6 +250,7 @@ class SqliteStore(TraceStore):
         if q.limit is not None:
             sql += f" LIMIT {int(q.limit)}"
         source = str(self.path)
+        self.skips.clear()
         with self._errors("read"):
             cur = self.conn.execute(sql, args)
             while True:
@@ -255,10 +258,29 @@ class SqliteStore(TraceStore):
                 if not rows:
                     break
                 for data, scores in rows:
-                    d = loads(data)
-                    if scores is not None:
-                        d["scores"] = loads(f"[{scores}]")
-                    yield ActionRecord.from_dict(d, where=source)
+                    r = self._record(data, scores, source)
+                    if r is not None:
+                        yield r
+        self.skips.warn(self.path)
+
+    def _record(self, data: Any, scores: Any, source: str) -> ActionRecord | None:
+        """A row as a record; a row that is not one is counted in ``skips`` (None)."""
+        try:
+            d = loads(data)
+        except (ValueError, TypeError):
+            self.skips.record("not JSON (a cut line)")
+            return None
+        if isinstance(d, dict) and scores is not None:
+            try:
+                d["scores"] = loads(f"[{scores}]")
+            except ValueError:
+                self.skips.score("not JSON (a cut line)")
+                d["scores"] = []
+        try:
+            return record_from_dict(d, where=source, skips=self.skips)
+        except MalformedRecord as e:
+            self.skips.record(e.reason)
+            return None
 
     def query(self, q: Query | None = None) -> Iterator[ActionRecord]:
         return self._select(q or Query(), "r.start_time")

@@ -498,13 +498,17 @@ class ContinuousBatcher:
             if top is not None:
                 seq.top_logprobs.append(top)
         reason = None
-        grammar_done = False
+        grammar_done = dead_end = False
         if seq.matcher is not None:
             seq.matcher.consume_token(token)
-            grammar_done = seq.matcher.is_stopped() or seq.matcher.is_error()
+            # an error: no token could continue the grammar (a vocabulary's dead end, structured.py)
+            dead_end = seq.matcher.is_error()
+            grammar_done = seq.matcher.is_stopped() and not dead_end
             if grammar_done and token not in request.stop_ids and seq.text is not None:
                 seq.text.push(token)  # the grammar's last token is part of the text
-        if token in request.stop_ids or grammar_done:
+        if dead_end:
+            reason = "length"
+        elif token in request.stop_ids or grammar_done:
             reason = "stop"
         elif seq.text is not None and seq.text.push(token):
             reason = "stop"
