@@ -356,6 +356,12 @@ def metric(server, name: str) -> float:
 def test_metrics(server, client):
     client.completions.create(model="tiny", prompt="a", max_tokens=3, stream=True).close()
     list(client.completions.create(model="tiny", prompt="a", max_tokens=3, stream=True))
+    bad = httpx.post(
+        f"{server.base_url}/completions",
+        json={"model": "tiny", "prompt": "a", "max_tokens": -1},
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert bad.status_code == 400  # counted under status="400" (not left to another test's order)
     text = httpx.get(f"{server.root}/metrics").text
     for name in (
         'toolbox_requests_total{endpoint="completions",status="200"}',
