@@ -77,11 +77,6 @@ def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> Non
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-@pytest.mark.xfail(
-    reason="open: Snakemake lists the train job's resources with nodes=2 and the plugin's submit string "
-    "adds --nodes, yet sacct shows the train job on 1 node (world_size 1); not yet understood",
-    strict=False,
-)
 def test_two_node_train_stage_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
     """A run whose resources ask for two nodes trains across both (launcher=srun: DDP, gloo)."""
     nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()

@@ -95,7 +95,10 @@ class SrunLauncher:
         result_path = config_path.parent / "result.json"
         result_path.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for key in ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_CPU_BIND"):
+        for key in [k for k in env if k.startswith("SLURM_STEP_")] + [
+            "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_CPU_BIND", "SLURM_NNODES",
+            "SLURM_NODELIST",
+        ]:  # fmt: skip
             env.pop(key, None)  # set for the one-task step this runs in; the new step has its own
         proc = subprocess.run(self.command(str(config_path.resolve()), nodes), env=env, check=False)
         if proc.returncode != 0:

@@ -27,6 +27,7 @@ rule train:
         gpu=train_resource("gpu"),
         gpu_model=train_resource("gpu_model"),
         nodes=train_resource("nodes"),
+        tasks=train_resource("nodes"),  # one task per node: with --ntasks=1 SLURM shrinks --nodes to 1
         slurm_partition=train_resource("slurm_partition"),
     params:
         cmd=stage_cmd("train"),
