@@ -5,8 +5,9 @@
 #   snakemake -n results/demo/                  dry run: what would run, and why
 #   snakemake --profile slurm results/demo/     every rule a SLURM job (profile: slurm/config.yaml)
 #
-# The stages are defined once in workflow/stages.py; dvc.yaml is generated from the same
-# definitions (python workflow/stages.py dvc). See docs/workflow.md.
+# The stages are defined once in workflow/stages.py; the rule files workflow/rules/*.smk (but
+# common.smk and table.smk) and dvc.yaml are generated from them: python workflow/generate.py.
+# See docs/workflow.md.
 
 
 report: "workflow/report/workflow.rst"
@@ -28,10 +29,10 @@ include: "workflow/rules/table.smk"
 rule all:
     default_target: True
     input:
-        expand(stages.PATHS["results"], run=sorted(RUNS)),
+        expand("results/{run}", run=sorted(RUNS)),
         [
-            stages.PATHS["bench"].format(run=r)
+            f"work/{r}/bench.json"
             for r in sorted(RUNS)
-            if stages.runs_stage(RUNS[r], stages.BY_NAME["serve_bench"])
+            if runs.runs_stage(RUNS[r], stages.BY_NAME["serve_bench"])
         ],
-        expand(stages.TABLE_PATHS["md"], table=sorted(TABLES)),
+        expand("results/tables/{table}.md", table=sorted(TABLES)),

@@ -5,59 +5,43 @@ arithmetic preference pairs (right vs wrong result), batch size, learning rate, 
 a frozen reference model computed on the fly (no precomputation) in both, fp32 on CPU. TRL runs
 with the settings of docs/notes for CPU (bf16=False, gradient checkpointing off, report_to none,
 no use_cpu). Each trainer's optimizer steps are timed from inside its own loop, after a few
-warm-up steps; the median step time counts (the machine is shared). Prints one JSON object.
+warm-up steps, in wall and CPU time; the two run in alternating rounds under the same
+process-wide torch settings (benchmarks/harness), figures as min/median/max, ratios from unrounded
+values. ``--size 85m`` takes the 85M model and the 30k WordPiece vocabulary. MFU counts the
+policy's forward and backward (6 x params) and the reference's forward (2 x params) per real token.
+Prints one JSON object.
 
-    python benchmarks/dpo_vs_trl.py [--steps 60] [--batch-size 16] [--warmup 5] [--precompute]
+    python benchmarks/dpo_vs_trl.py [--size tiny|85m] [--steps 60] [--rounds 3] [--precompute] [--out F]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
-import statistics
 import tempfile
-import time
+
+from harness import SIZES, Report, Rounds, StepClock, mfu, model_flop_params
+from harness.report import common_arguments, settings_from
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-MODEL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=256"]
-
-
-class StepClock:
-    """Per-step wall times after the warm-up."""
-
-    def __init__(self, warmup: int) -> None:
-        self.warmup = warmup
-        self.steps = 0
-        self.last: float | None = None
-        self.times: list[float] = []
-
-    def step_done(self) -> None:
-        now = time.perf_counter()
-        self.steps += 1
-        if self.last is not None and self.steps > self.warmup:
-            self.times.append(now - self.last)
-        self.last = now
-
-    def summary(self) -> dict[str, float]:
-        med = statistics.median(self.times)
-        return {
-            "sec_per_step_median": round(med, 5),
-            "sec_per_step_mean": round(statistics.mean(self.times), 5),
-            "steps_per_s": round(1.0 / med, 2),
-            "steps_timed": len(self.times),
-        }
 
 
 def build(args):
     from toolbox.experiment import ExperimentBuilder, load_config
 
+    size = SIZES[args.size]
     overrides = [
-        *MODEL,
+        *size.model(),
+        *size.tokenizer(),
+        *args.settings.overrides(),
         "data=arithmetic_pairs",
+        *(
+            ["data.collator.name=preference_packed", f"data.collator.max_length={args.pack_length}"]
+            if args.packing
+            else []
+        ),
         "trainer=preference",
         "objective=dpo",
         f"objective.beta={args.beta}",
@@ -121,8 +105,9 @@ def bench_trl(parts, initial_state, args, clock: StepClock) -> None:
         dataloader_num_workers=0,
         seed=0,
         disable_tqdm=True,
-        max_length=32,
+        max_length=SIZES[args.size].max_length or 32,
         precompute_ref_log_probs=args.precompute,
+        padding_free=args.packing,  # TRL's own way of not computing on padding
     )
     # TRL builds its reference by reloading the policy's hub id; a model built from a config has none,
     # so it gets the same frozen copy of the initial weights that ours makes
@@ -139,22 +124,28 @@ def bench_trl(parts, initial_state, args, clock: StepClock) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    import torch
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 16 (tiny), 8 (85m)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--precompute", action="store_true", help="both precompute the reference log-probs")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument(
-        "--trl-first", action="store_true", help="time TRL before ours (check for order bias)"
+        "--packing", action="store_true", help="ours with preference_packed, TRL with padding_free=True"
     )
+    parser.add_argument(
+        "--pack-length",
+        type=int,
+        default=None,
+        help="tokens per packed row (ours; default: tiny 64, 85m 512)",
+    )
+    common_arguments(parser)
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args.batch_size = args.batch_size or (16 if args.size == "tiny" else SIZES[args.size].batch_size)
+    args.pack_length = args.pack_length or SIZES[args.size].max_length or 64
+    args.settings = settings_from(args)
+    report = Report("dpo_vs_trl", args, args.settings)
 
     parts = build(args)
     initial_state = copy.deepcopy(parts.model.state_dict())
@@ -162,40 +153,54 @@ def main(argv: list[str] | None = None) -> dict:
     tokens_per_pair = sum(
         2 * len(e["prompt_ids"]) + len(e["chosen_ids"]) + len(e["rejected_ids"]) for e in examples
     ) / len(examples)
-    result = {
-        "benchmark": "dpo_vs_trl",
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "batch_size": args.batch_size,
-        "beta": args.beta,
-        "precompute_ref_logprobs": args.precompute,
-        "pairs": len(examples),
-        "tokens_per_pair": round(tokens_per_pair, 2),
-        "torch_threads": torch.get_num_threads(),
-        "model": "tiny_llama hidden 64, 2 layers, 2 heads, char tokenizer",
-        "order": "trl first" if args.trl_first else "toolbox first",
-    }
-    import trl
+    tokens_per_step = tokens_per_pair * args.batch_size
+    flop_params = model_flop_params(parts.model)
+    passes = 6 if args.precompute else 8  # policy forward + backward, and the reference's forward
+    report.add("size", SIZES[args.size].as_json())
+    report.add(
+        "work",
+        {
+            "pairs": len(examples),
+            "tokens_per_pair": tokens_per_pair,
+            "tokens_per_step": tokens_per_step,
+            "flop_params": flop_params,
+            "flop_passes_per_token": passes,
+            "data": "arithmetic preference pairs (right vs wrong result)",
+        },
+    )
+    report.measure_peak()
 
-    result["trl_version"] = trl.__version__
-    load_before = os.getloadavg()[0]
-    timings = {}
-    runs = [
-        ("toolbox", lambda c: bench_toolbox(parts, args, c)),
-        ("trl", lambda c: bench_trl(parts, initial_state, args, c)),
-    ]
-    for name, fn in reversed(runs) if args.trl_first else runs:
-        clock = StepClock(args.warmup)
-        fn(clock)
-        timings[name] = clock.summary()
-        timings[name]["tokens_per_s"] = round(
-            timings[name]["steps_per_s"] * args.batch_size * tokens_per_pair, 1
-        )
-    result.update(timings)
-    result["ratio_steps_per_s"] = round(timings["toolbox"]["steps_per_s"] / timings["trl"]["steps_per_s"], 2)
-    result["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    print(json.dumps(result))
-    return result
+    def side(fn):
+        def run() -> dict:
+            clock = StepClock(args.warmup)
+            fn(clock)
+            return clock.figures({"tokens": tokens_per_step})
+
+        return run
+
+    def ours(clock: StepClock) -> None:  # a fresh build every round: the trainer fits once
+        bench_toolbox(build(args), args, clock)
+
+    sides = {"toolbox": side(ours), "trl": side(lambda c: bench_trl(parts, initial_state, args, c))}
+    rounds = Rounds(sides, args.settings, args.rounds).run()
+    report.measure_peak()
+    for figures in (f for each in rounds.each.values() for f in each):
+        figures["mfu"] = mfu(flop_params, tokens_per_step, figures["sec_per_step"], report.peak, passes)
+    ratios = {
+        "vs_trl": rounds.ratio("toolbox", "trl", "steps_per_s"),
+        "vs_trl_cpu": rounds.ratio("toolbox", "trl", "tokens_per_cpu_s"),
+    }
+    row = {
+        "title": f"DPO, {args.size} model, batch {args.batch_size}, "
+        + ("precomputed reference" if args.precompute else "per-batch reference")
+        + (f", packed in rows of {args.pack_length} (TRL padding-free)" if args.packing else ""),
+        "figure": "steps_per_s",
+        "unit": "steps/s",
+        "mfu": True,
+        "peers": {"trl": "TRL DPOTrainer"},
+        "goal": "tiny: >= 2.5x TRL; 85m: >= 1.2x TRL",
+    }
+    return report.finish(rounds, ratios, row)
 
 
 if __name__ == "__main__":

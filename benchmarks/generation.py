@@ -7,6 +7,12 @@ token ids agree, and the machine's load average (other processes share these cor
 
     python benchmarks/generation.py                       # batch sizes 1, 8, 32
     python benchmarks/generation.py --batch-sizes 1 64 --threads 1
+    python benchmarks/generation.py --size 512     # the standard-shaped 512-wide model (head dim 64, MLP 4x)
+    python benchmarks/generation.py --size 85m     # the training benchmarks' 85M model, 30k WordPiece vocabulary
+
+``--size`` sets the shape (tiny: 64 wide, 2 layers, 2 heads, MLP 256; 512: 512 wide, 4 layers, 8
+heads, MLP 2048; 85m: 768 wide, 12 layers, 12 heads, MLP 2048); ``--hidden-size`` and the other
+shape flags override it.
 """
 
 from __future__ import annotations
@@ -18,15 +24,34 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+SIZES = {
+    "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 256},
+    "512": {"hidden_size": 512, "num_layers": 4, "num_heads": 8, "intermediate_size": 2048},
+    "85m": {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 2048},
+}
 
-def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, seed: int):
+
+def build_model(
+    vocab_size: int,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    seed: int,
+    intermediate_size: int | None = None,
+):
     import torch
 
     from toolbox.core.registries import MODELS
 
     torch.manual_seed(seed)
     model = MODELS.build(
-        {"name": "tiny_llama", "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads},
+        {
+            "name": "tiny_llama",
+            "hidden_size": hidden_size,
+            "num_layers": num_layers,
+            "num_heads": num_heads,
+            **({"intermediate_size": intermediate_size} if intermediate_size else {}),
+        },
         vocab_size=vocab_size,
     )
     model.generation_config.eos_token_id = None  # HF generate then runs to max_new_tokens, as ignore_eos
@@ -39,12 +64,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--num-layers", type=int, default=2)
-    parser.add_argument("--num-heads", type=int, default=2)
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny", help="the model's shape")
+    parser.add_argument("--hidden-size", type=int, default=None)
+    parser.add_argument("--num-layers", type=int, default=None)
+    parser.add_argument("--num-heads", type=int, default=None)
+    parser.add_argument("--intermediate-size", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    for key, value in SIZES[args.size].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
 
     import torch
     from transformers import GenerationConfig
@@ -54,8 +84,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    tokenizer = TOKENIZERS.build({"name": "char"}, corpus=["abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()"])
-    model = build_model(len(tokenizer), args.hidden_size, args.num_layers, args.num_heads, args.seed)
+    if args.size == "85m":
+        from harness.sizes import minilm_tokenizer
+
+        tokenizer = TOKENIZERS.build({"name": "pretrained", "path": minilm_tokenizer()})
+    else:
+        tokenizer = TOKENIZERS.build(
+            {"name": "char"}, corpus=["abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()"]
+        )
+    model = build_model(
+        len(tokenizer), args.hidden_size, args.num_layers, args.num_heads, args.seed, args.intermediate_size
+    )
     engine = ENGINES.build(
         {
             "name": "torch",
@@ -119,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
             "hidden_size": args.hidden_size,
             "num_layers": args.num_layers,
             "num_heads": args.num_heads,
+            "intermediate_size": args.intermediate_size,
+            "size": args.size,
             "vocab_size": len(tokenizer),
         },
         "prompt_len": args.prompt_len,

@@ -1,23 +1,26 @@
 """Our GRPO trainer vs TRL's GRPOTrainer: the same tiny model, data and GRPO settings.
 
-    .venv/bin/python benchmarks/grpo_vs_trl.py --steps 8 --warmup 2 --out results/bench/grpo_vs_trl.json
+    .venv/bin/python benchmarks/grpo_vs_trl.py [--size tiny|85m] [--steps 8] [--warmup 2] [--rounds 3] [--out F]
 
 Both sides build from one config (tiny Llama, char tokenizer, arithmetic prompts, prompt_only data,
 objective=grpo with beta 0, one optimizer step per rollout of prompts × generations completions,
 temperature 1, no eos expected from a random model so every completion runs to
 ``max_completion_length``). Reported per side: seconds per optimizer step (median over the measured
-steps, after ``--warmup``), rollout tokens/s (completion tokens / generation seconds: our engine's
-rollout time, TRL's ``_generate_single_turn``), and the ratios ours / TRL. One JSON object.
+steps, after ``--warmup``; in wall and CPU time), rollout tokens/s (completion tokens / generation seconds: our engine's
+rollout time, TRL's ``_generate_single_turn``), and the ratios ours / TRL, over alternating rounds under the same
+process-wide torch settings (benchmarks/harness). One JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
+import tempfile
 import time
-from pathlib import Path
+
+from harness import SIZES, Report, Rounds
+from harness.report import common_arguments, settings_from
 
 
 def _overrides(args, trainer: str, run_dir: str) -> list[str]:
@@ -30,11 +33,9 @@ def _overrides(args, trainer: str, run_dir: str) -> list[str]:
         "eval=none",
         "callbacks=none",
         "device=cpu",
-        f"num_threads={args.threads}",
-        f"model.hidden_size={args.hidden}",
-        f"model.num_layers={args.layers}",
-        "model.num_heads=2",
-        f"model.intermediate_size={4 * args.hidden}",
+        *args.settings.overrides(),
+        *SIZES[args.size].model(),
+        *SIZES[args.size].tokenizer(),
         "data.source.num_train=2000",
         "data.source.num_test=10",
         f"trainer.max_steps={args.warmup + args.steps}",
@@ -55,11 +56,13 @@ def _run(args, trainer: str, run_dir: str) -> dict:
     parts = ExperimentBuilder.from_config(load_config(_overrides(args, trainer, run_dir))).build()
     t = parts.trainer
     stamps: list[float] = [time.perf_counter()]
+    cpu: list[float] = [time.process_time()]
     gen_time: list[float] = []
     tokens: list[float] = []
 
     def on_end(d):
         stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
         if trainer == "grpo":
             gen_time.append(d.metrics["rollout_time"])
             tokens.append(d.metrics["num_tokens"])
@@ -83,19 +86,27 @@ def _run(args, trainer: str, run_dir: str) -> dict:
                 return out
 
             trl._generate_single_turn = gen
-            stamps[0] = time.perf_counter()
+            stamps[0], cpu[0] = time.perf_counter(), time.process_time()
             return trl
 
         t._trl_trainer = timed_trainer
     else:
-        t.setup = (lambda orig: lambda: (orig(), stamps.__setitem__(0, time.perf_counter())))(t.setup)
+
+        def setup(orig=t.setup):
+            orig()
+            stamps[0], cpu[0] = time.perf_counter(), time.process_time()
+
+        t.setup = setup
     t.fit()
     steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)][args.warmup :]
+    cpu_steps = [b - a for a, b in zip(cpu, cpu[1:], strict=False)][args.warmup :]
     gens = gen_time[args.warmup :]
     toks = tokens[args.warmup :]
     return {
         "sec_per_step": statistics.median(steps),
+        "steps_per_s": 1.0 / statistics.median(steps),
         "sec_per_step_mean": sum(steps) / len(steps),
+        "cpu_sec_per_step": statistics.median(cpu_steps),
         "rollout_tokens_per_s": sum(toks) / max(sum(gens), 1e-9),
         "rollout_sec_per_step": sum(gens) / max(len(gens), 1),
         "completion_tokens_per_step": sum(toks) / max(len(toks), 1),
@@ -110,31 +121,32 @@ def main(argv=None) -> dict:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--generations", type=int, default=8)
     p.add_argument("--length", type=int, default=16)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default="results/bench/grpo_vs_trl.json")
+    common_arguments(p)
     args = p.parse_args(argv)
-    import tempfile
-
-    import torch
-
-    torch.set_num_threads(args.threads)
+    args.settings = settings_from(args)
+    report = Report("grpo_vs_trl", args, args.settings)
+    report.add("size", SIZES[args.size].as_json())
     tmp = tempfile.mkdtemp(prefix="grpo_bench_")
-    ours = _run(args, "grpo", f"{tmp}/ours")
-    trl = _run(args, "trl_grpo", f"{tmp}/trl")
-    result = {
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
-        "machine": f"{os.cpu_count()} cores, shared with other jobs (load {os.getloadavg()[0]:.1f})",
-        "ours": ours,
-        "trl": trl,
-        "steps_per_s_ratio": trl["sec_per_step"] / ours["sec_per_step"],
-        "rollout_tokens_per_s_ratio": ours["rollout_tokens_per_s"] / max(trl["rollout_tokens_per_s"], 1e-9),
+    count = iter(range(10**6))
+    sides = {
+        "toolbox": lambda: _run(args, "grpo", f"{tmp}/ours{next(count)}"),
+        "trl": lambda: _run(args, "trl_grpo", f"{tmp}/trl{next(count)}"),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return result
+    rounds = Rounds(sides, args.settings, args.rounds).run()
+    ratios = {
+        "vs_trl": rounds.ratio("toolbox", "trl", "sec_per_step", higher_is_better=False),
+        "vs_trl_cpu": rounds.ratio("toolbox", "trl", "cpu_sec_per_step", higher_is_better=False),
+        "rollout_vs_trl": rounds.ratio("toolbox", "trl", "rollout_tokens_per_s"),
+    }
+    row = {
+        "title": f"GRPO, {args.size} model, {args.prompts} prompts x {args.generations} generations x "
+        f"{args.length} tokens, beta 0",
+        "figure": "steps_per_s",
+        "unit": "steps/s",
+        "peers": {"trl": "TRL GRPOTrainer"},
+        "goal": ">= 2x TRL",
+    }
+    return report.finish(rounds, ratios, row)
 
 
 if __name__ == "__main__":

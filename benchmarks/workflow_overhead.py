@@ -1,12 +1,15 @@
 """What the workflow costs before any real work: Snakemake's dry run on 100 runs, a no-op rerun,
 and the start-up of the `toolbox` command that every stage pays.
 
-Peer: the bare ``snakemake --version`` start-up. Each figure is the median of ``--repeats`` wall
+Peers: the bare ``snakemake --version`` start-up, and ``snakemake -n`` on a plain Snakefile of the
+same shape (as many runs, each a chain of as many ``touch`` rules, and one ``all`` rule: the same
+job count, none of our workflow's config reading and rule generation). Each figure is the median of ``--repeats`` wall
 times of a fresh process (the machine is shared: the load average is printed too). The workflow
 runs in a temporary copy of the repo (Snakefile, workflow/, toolbox/configs/) with:
 
 - ``dry_run_100``: ``snakemake -n`` on a generated config of 100 runs (every stage of every run
-  to do: 601 jobs), goal < 3 s here;
+  to do; the job count is read from Snakemake's own job table), goal < 3 s here, and
+  ``plain_dry_run_100`` with ``dry_run_ratio_vs_plain`` beside it;
 - ``noop_rerun``: ``snakemake -c2 results/<run>/`` once the tiny run (or ``--run demo``) is built;
 - ``toolbox_help`` / ``toolbox_compose``: ``toolbox --help`` and ``toolbox compose --out F``;
 - ``slicer``: ``python workflow/scripts/slice_config.py`` (the rest of the compose stage).
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -68,6 +72,41 @@ def timed(cmd: list[str], cwd: Path, repeats: int) -> dict[str, float]:
     return {"median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3)}
 
 
+def job_count(cwd: Path) -> dict[str, int]:
+    """Jobs per rule and in total, from the job table ``snakemake -n`` prints."""
+    res = subprocess.run(
+        [tool("snakemake"), "-n"], cwd=cwd, env=env(), capture_output=True, text=True, check=True
+    )
+    counts = {}
+    for line in (res.stdout + res.stderr).splitlines():
+        m = re.fullmatch(r"([A-Za-z_][\w]*)\s+(\d+)", line.strip())
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    if "total" not in counts:
+        raise SystemExit(
+            f"snakemake -n in {cwd} printed no job table (total N); its output:\n{res.stdout[-2000:]}"
+        )
+    return counts
+
+
+def plain_snakefile(root: Path, runs: int, chain: int, singles: int = 0) -> Path:
+    """A Snakefile of ``runs`` chains of ``chain`` touch rules, ``singles`` one-job rules and one
+    ``all`` rule: ``runs * chain + singles + 1`` jobs."""
+    root.mkdir(parents=True)
+    rules = [f'RUNS = [f"run{{i:04d}}" for i in range({runs})]', "", "rule all:"]
+    singles_in = "".join(f', "single{j}"' for j in range(singles))
+    rules.append(f'    input: expand("out/{{run}}/s{chain - 1}", run=RUNS){singles_in}')
+    for k in range(chain):
+        rules += ["", f"rule s{k}:"]
+        if k:
+            rules.append(f'    input: "out/{{run}}/s{k - 1}"')
+        rules += [f'    output: "out/{{run}}/s{k}"', '    shell: "touch {output}"']
+    for j in range(singles):
+        rules += ["", f"rule single{j}:", f'    output: "single{j}"', '    shell: "touch {output}"']
+    (root / "Snakefile").write_text("\n".join(rules) + "\n")
+    return root
+
+
 def make_copy(root: Path, runs: dict) -> Path:
     root.mkdir(parents=True)
     shutil.copy2(REPO / "Snakefile", root / "Snakefile")
@@ -75,7 +114,7 @@ def make_copy(root: Path, runs: dict) -> Path:
     shutil.copytree(REPO / "toolbox" / "configs", root / "toolbox" / "configs")
     (root / "config").mkdir()
     (root / "config" / "config.yaml").write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
-    subprocess.run([sys.executable, "workflow/stages.py", "dvc"], cwd=root, check=True, capture_output=True)
+    subprocess.run([sys.executable, "workflow/generate.py", "dvc"], cwd=root, check=True, capture_output=True)
     return root
 
 
@@ -101,7 +140,16 @@ def main() -> int:
         }
         big = make_copy(tmp / "many", many)
         out[f"dry_run_{args.runs}"] = timed([tool("snakemake"), "-n", "--quiet"], big, args.repeats)
-        out[f"dry_run_{args.runs}"]["jobs"] = 6 * args.runs + 1
+        jobs = job_count(big)
+        out[f"dry_run_{args.runs}"]["jobs"] = jobs["total"]
+        out[f"dry_run_{args.runs}"]["jobs_per_rule"] = jobs
+        chain = max(1, (jobs["total"] - 1) // args.runs)
+        plain = plain_snakefile(tmp / "plain", args.runs, chain, jobs["total"] - 1 - args.runs * chain)
+        out[f"plain_dry_run_{args.runs}"] = timed([tool("snakemake"), "-n", "--quiet"], plain, args.repeats)
+        out[f"plain_dry_run_{args.runs}"]["jobs"] = job_count(plain)["total"]
+        out["dry_run_ratio_vs_plain"] = (
+            out[f"dry_run_{args.runs}"]["median_s"] / out[f"plain_dry_run_{args.runs}"]["median_s"]
+        )
         out["dry_run_1"] = timed(
             [tool("snakemake"), "-n", "results/run000/", "--quiet"],
             make_copy(tmp / "one", {"run000": many["run000"]}),

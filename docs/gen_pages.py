@@ -46,6 +46,7 @@ HANDWRITTEN = {
     ],
     "Workflow": "workflow.md",
     "Serving and the benchmark": "serving.md",
+    "Standard harnesses (lm-eval, inspect_ai)": "harness.md",
     "Troubleshooting": "troubleshooting.md",
 }
 NOT_IN_SITE = {

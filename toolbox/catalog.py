@@ -15,14 +15,20 @@ def _summary(obj: object) -> str:
     return " ".join(paragraph.split())
 
 
-def render_catalog(link=None) -> str:
+def render_catalog(link=None, kind: str | None = None, only: str | None = None) -> str:
     """The catalog as Markdown; ``link(location)`` (optional) turns a ``path.py:line`` into Markdown
-    (the docs site links each entry to its API page)."""
+    (the docs site links each entry to its API page). ``kind`` (a registry kind or the config group
+    that selects it: ``objective``, ``callbacks``) and ``only`` (a component's name) narrow it to one section or entry."""
     import toolbox.core.registries  # noqa: F401  (defines every registry)
 
+    registries = Registry.all()
+    if kind is not None:
+        registries = {_kind(kind, registries): registries[_kind(kind, registries)]}
+        if only is not None:
+            registries[next(iter(registries))].get(only)  # an unknown name: the registry's own error
     lines = ["# Component catalog", "", "Every name a config can select, generated from the registries.", ""]
-    for kind, registry in Registry.all().items():
-        entries = list(registry)
+    for kind, registry in registries.items():
+        entries = [(n, obj) for n, obj in registry if only is None or n == only]
         if not entries:
             continue
         lines += [f"## {kind}", ""]
@@ -44,3 +50,17 @@ def render_catalog(link=None) -> str:
             if injected:
                 lines += [f"Injected by the builder: {', '.join(f'`{n}`' for n in injected)}.", ""]
     return "\n".join(lines) + "\n"
+
+
+def _kind(given: str, registries: dict[str, Registry]) -> str:
+    """The registry kind a user named: the kind itself or its config group (plural, ``callbacks``)."""
+    import difflib
+
+    from toolbox.core.errors import ConfigError
+
+    for candidate in (given, given.rstrip("s"), given.removesuffix("es")):
+        if candidate in registries:
+            return candidate
+    close = difflib.get_close_matches(given, list(registries), n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    raise ConfigError(f"catalog: no kind {given!r}.{hint} Kinds: {', '.join(sorted(registries))}.")

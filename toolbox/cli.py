@@ -55,8 +55,10 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from toolbox.core.atomic import atomic_write_text
     from toolbox.core.errors import ConfigError
+    from toolbox.eval.harness.evaluators import split_harness_options, use_harness
     from toolbox.eval.run import evaluate_model
 
+    args.overrides, harness = split_harness_options(args.overrides)  # backend=lm_eval task=...
     if args.run:
         run = Path(args.run)
         if not (run / "config.yaml").is_file():
@@ -65,6 +67,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.config:
         raise ConfigError("toolbox eval needs --run DIR (a trained run) or --config FILE with --model DIR.")
     cfg = _config(args, validate=False, data_dir=args.data)
+    if harness:
+        use_harness(cfg, harness)
     model = Path(args.model) if args.model else Path(args.run) / "model" if args.run else None
     if model is None:
         raise ConfigError("--model: which model folder to evaluate? (with --run it defaults to <run>/model)")
@@ -87,7 +91,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 def cmd_catalog(args: argparse.Namespace) -> int:
     from toolbox.catalog import render_catalog
 
-    text = render_catalog()
+    text = render_catalog(kind=args.kind, only=args.name)
     if args.out:
         Path(args.out).write_text(text)
     else:
@@ -96,9 +100,16 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from toolbox.eval.plot import plot_metrics
+    if len(args.runs) > 1:  # several runs: overlaid, one PNG per metric
+        from toolbox.eval.compare_plot import compare_runs
 
-    for path in plot_metrics(Path(args.run), Path(args.out) if args.out else None):
+        out = Path(args.out) if args.out else Path(args.runs[0]).parent / "compare"
+        paths = compare_runs([Path(r) for r in args.runs], out)
+    else:
+        from toolbox.eval.plot import plot_metrics
+
+        paths = plot_metrics(Path(args.runs[0]), Path(args.out) if args.out else None)
+    for path in paths:
         print(path)
     return 0
 
@@ -115,12 +126,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return code
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolbox")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Shell completion (shtab): ``eval "$(toolbox completion bash)"`` in ~/.bashrc, or for zsh
+    ``toolbox completion zsh > ~/.zfunc/_toolbox``."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolbox",
         description="Train, evaluate and serve models reproducibly. Every stage is one subcommand.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("completion", help="print a shell completion script: toolbox completion bash")
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"), help="the shell to complete in")
+    p.set_defaults(fn=cmd_completion)
 
     p = sub.add_parser("compose", help="print (or write) the fully resolved config")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
@@ -134,8 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="the output folder of `toolbox data` (else the data are built in process)")
     p.add_argument("--out", help="run directory (overrides run_dir)")
     p.set_defaults(fn=cmd_train)
+    from toolbox.launch.command import add_launch_parser, add_run_folder_flags  # toolbox launch
 
-    from toolbox.launch.command import add_launch_parser  # toolbox launch: local, torchrun, slurm, sweeps
+    add_run_folder_flags(p)
 
     add_launch_parser(sub, OVERRIDES_HELP)
 
@@ -165,7 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_data)
 
     p = sub.add_parser("eval", help="evaluate a trained model; writes eval.json")
-    p.add_argument("overrides", nargs="*", help="key=value overrides (eval.exact_match.max_examples=100)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value overrides (eval.exact_match.max_examples=100); backend=lm_eval|inspect_ai "
+        "task=arithmetic|gsm8k|FILE.yaml [engine=hf|torch] [base_url=URL] [max_examples=N]: one harness task",
+    )
     p.add_argument("--run", help="a trained run directory (its config.yaml and model/)")
     p.add_argument("--config", help="a composed config.yaml (default: <run>/config.yaml)")
     p.add_argument("--data", help="the output folder of `toolbox data` to evaluate on")
@@ -187,12 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_results_parsers(sub)
 
     p = sub.add_parser("catalog", help="list every registered component with its fields, as Markdown")
+    p.add_argument("kind", nargs="?", help="only this kind or config group (objective, callbacks, ...)")
+    p.add_argument("name", nargs="?", help="only this component of the kind (dpo, wandb, ...)")
     p.add_argument("--out", help="write the Markdown here")
     p.set_defaults(fn=cmd_catalog)
 
-    p = sub.add_parser("plot", help="draw a run's metrics as PNG curves")
-    p.add_argument("run", help="the run directory (holds metrics.jsonl)")
-    p.add_argument("--out", help="folder for the PNGs (default: <run>/plots)")
+    p = sub.add_parser("plot", help="draw a run's metrics as PNG curves; several runs: overlaid")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (hold metrics.jsonl, eval.json)")
+    p.add_argument(
+        "--out", help="folder for the PNGs (default: <run>/plots; several runs: <first run's parent>/compare)"
+    )
     p.set_defaults(fn=cmd_plot)
 
     p = sub.add_parser(
@@ -215,11 +259,42 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -
         if hasattr(args, "overrides") and not any(r.startswith("-") for r in rest):
             args.overrides = [*args.overrides, *rest]
         else:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            _unrecognized(parser, args, rest)
     return args
 
 
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, rest: list[str]) -> None:
+    """An unknown flag is reported by the subcommand it was given to (its own usage), with the
+    closest flag it does take."""
+    import difflib
+
+    command = _subcommand(parser, args)
+    where = command or parser
+    flag = next((r for r in rest if r.startswith("-")), rest[0]).split("=", 1)[0]
+    options = [o for action in where._actions for o in action.option_strings]
+    close = difflib.get_close_matches(flag, options, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    where.error(f"unrecognized arguments: {' '.join(rest)}{hint}")
+
+
+def _subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The sub-parser of the command that ``args`` ran (``toolbox traces show`` nests one more)."""
+    found = None
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = subs[0].choices.get(getattr(args, subs[0].dest, None)) if subs else None
+        if chosen is None:
+            return found
+        found = parser = chosen
+
+
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # third-party bars (transformers' "Writing model shards", datasets' maps) would break ours and
+    # leave \r in log files; a user who wants them sets the variable to 0
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     args = parse_args(build_parser(), argv)
     from toolbox.core.errors import ToolboxError
 

@@ -1,38 +1,31 @@
-"""The workflow's stages, defined once. Snakemake's rules and DVC's ``dvc.yaml`` are both made from here.
+"""The workflow's stages, defined once: each one command with declared inputs and outputs, per run.
 
 A stage is one command with declared inputs (``deps``) and outputs (``outs``), per run of
-``config/config.yaml``. ``workflow/rules/*.smk`` turn each stage into a Snakemake rule (paths with
-a ``{run}`` wildcard, the command as ``params.cmd``); ``python workflow/stages.py dvc`` writes one
-DVC stage per (stage, run) into ``dvc.yaml``. Neither repeats a command: both format the same
-template below, and ``tests/workflow`` checks that the two graphs agree and that ``dvc.yaml`` is
-up to date.
+``config/config.yaml``. Two files are GENERATED from these definitions and committed:
+``workflow/rules/*.smk`` (one Snakemake rule per stage, its paths written out, ``rule_files.py``) and
+``dvc.yaml`` (one DVC stage per (stage, run), ``dvc_yaml.py``). Both format the same command
+template below; ``tests/workflow`` checks that the two graphs agree and that both files are current.
 
-    python workflow/stages.py dvc            # (re)write dvc.yaml from config/config.yaml
-    python workflow/stages.py dvc --check    # exit 1 when dvc.yaml is out of date
-    python workflow/stages.py show demo      # print every command of run 'demo'
+    python workflow/generate.py              # (re)write workflow/rules/*.smk and dvc.yaml
+    python workflow/generate.py --check      # exit 1 when either is out of date
+    python workflow/generate.py show demo    # print every command of run 'demo'
 
-Adding a stage: append a ``Stage`` to ``STAGES`` (its command
-is one ``toolbox`` subcommand with explicit ``--out`` paths under ``work/<run>/``), add a rule file
-``workflow/rules/<name>.smk`` on the pattern of ``eval.smk``, and, if the run should publish it,
-add its output to the ``publish`` stage. Then ``python workflow/stages.py dvc``.
+Adding a stage: append a ``Stage`` to ``STAGES`` (its command is one ``toolbox`` subcommand with
+explicit ``--out`` paths under ``work/<run>/``), name its rule file in ``rule_file`` (and include a
+new file in the Snakefile), and, if the run should publish it, add its output to the ``publish``
+stage. Then ``python workflow/generate.py``.
 
-Only the standard library and PyYAML are imported: the Snakefile imports this module on every
-call, dry runs included.
+Only the standard library is imported: the Snakefile imports this module on every call, dry runs
+included.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG_FILE = "config/config.yaml"
-DVC_FILE = "dvc.yaml"
 
 # -- paths ----------------------------------------------------------------------------------------
 # Stage products live under work/<run>/ (git-ignored); publish links the deliverables into
@@ -66,6 +59,13 @@ PATHS = {
     "results": "results/{run}",
     "log": "work/{run}/logs/{stage}.log",
     "benchmark": "work/{run}/benchmarks/{stage}.tsv",
+}
+# What a stage may read that depends on the run's entry (Stage.run_inputs; runs.extra_deps resolves them).
+RUN_INPUTS = {
+    "init_model": "the trained model of the run it starts from (init_from)",
+    "traces_data": "the dataset made from another run's traces (data_from_traces)",
+    "agent_script": "the agent's script (agent.script)",
+    "agent_eval": "the agent's held-out evaluation, agent_eval.json (runs with agent)",
 }
 GLOBAL_LOG = "work/_defaults/logs/{stage}.log"
 GLOBAL_BENCHMARK = "work/_defaults/benchmarks/{stage}.tsv"
@@ -113,6 +113,20 @@ class Stage:
             change does not rerun (the same per-stage check DVC makes with hashes).
         optional: a run may leave it out (``skip: [<name>]`` in its entry); no other stage reads
             its outputs (serve_bench: a graph model is not served over the OpenAI API).
+        after_compose: the deps Snakemake reads through the compose checkpoint, so that it
+            re-evaluates the job once compose has run and skips it if its slice did not change.
+            Every per-run stage but compose and publish names one (a stage that reads no slice, as
+            plot, its first dep: else it would keep a rerun that compose withdrew upstream); publish
+            reads compose's output as a plain dependency, so that a dry run lists every stage.
+        run_inputs: inputs that depend on the run's entry (RUN_INPUTS): the model of
+            ``init_from``, the dataset of ``data_from_traces``, the agent's script, its evaluation.
+        rule_file: the workflow/rules/ file of its rule (default: the stage's name).
+        comment: the comment above its rule in that file.
+        train_resources: the rule asks for the run's ``resources:`` (threads, memory, GPUs, SLURM).
+        watch_overrides: the rule reruns when the run's overrides change even if compose failed
+            after the change (publish: Snakemake deletes a failed job's outputs and would forget).
+        show_log_on_failure: a failing job prints its log on the terminal (check: the table of
+            expected vs got), not only into the log file.
     """
 
     name: str
@@ -124,6 +138,23 @@ class Stage:
     doc: str = ""
     when: str | None = None  # only for the runs whose entry has this key (``agent``)
     optional: bool = False
+    after_compose: tuple[str, ...] = ()
+    run_inputs: tuple[str, ...] = ()
+    rule_file: str = ""
+    comment: str = ""
+    train_resources: bool = False
+    watch_overrides: bool = False
+    show_log_on_failure: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.run_inputs if k not in RUN_INPUTS]
+        if unknown or not set(self.after_compose) <= set(self.deps):
+            raise ValueError(f"stage {self.name}: run_inputs {unknown} or after_compose not among its deps")
+
+    @property
+    def file(self) -> str:
+        """The rule file (workflow/rules/<file>.smk) the stage's rule is generated into."""
+        return self.rule_file or self.name
 
     def applies(self, entry: dict[str, Any] | None) -> bool:
         return self.when is None or bool((entry or {}).get(self.when))
@@ -159,6 +190,8 @@ STAGES: tuple[Stage, ...] = (
         outs={"config": Out(DEFAULTS)},
         per_run=False,
         doc="the toolbox's default config: what a stage's irrelevant sections are normalised to",
+        rule_file="compose",
+        comment="Compose: the toolbox defaults once, then per run the composed config and its per-stage slices.",
     ),
     Stage(
         "compose",
@@ -173,6 +206,10 @@ STAGES: tuple[Stage, ...] = (
         },
         checkpoint=True,
         doc="the run's composed config and one slice per stage (slice_config.py)",
+        comment=(
+            "compose is a checkpoint: after it reruns, Snakemake re-evaluates the stages that read a "
+            "slice, and only those whose slice changed run (workflow/scripts/slice_config.py)."
+        ),
     ),
     Stage(
         "data",
@@ -180,6 +217,9 @@ STAGES: tuple[Stage, ...] = (
         deps={"config": PATHS["data_cfg"]},
         outs={"data": Out(PATHS["data"], directory=True)},
         doc="records + tokenizer",
+        after_compose=("config",),
+        run_inputs=("init_model", "traces_data"),
+        comment="Data: records + tokenizer of the run, from its data slice (seed, data, tokenizer).",
     ),
     Stage(
         "train",
@@ -190,6 +230,19 @@ STAGES: tuple[Stage, ...] = (
             "metrics": Out(PATHS["metrics"], snakemake=False, persist=True),
         },
         doc="the model (written last, so it exists only when training finished) and metrics.jsonl",
+        after_compose=("config",),
+        run_inputs=("init_model",),
+        train_resources=True,
+        comment=(
+            "Train: the run's model. Its resources come from the run's entry in config/config.yaml "
+            "(resources: cpus, mem_mb, runtime, gpu, gpu_model, nodes, slurm_partition); --profile slurm "
+            "turns them into the SLURM job's request. An interrupted job resumes from "
+            "work/<run>/train/checkpoints (resume_from=auto); only model/, written last, tells Snakemake "
+            "that training finished. metrics.jsonl is not declared to Snakemake (a failed job's outputs "
+            "are deleted, and a resumed job continues the same file): later rules reach it through "
+            "model/. Distributed runs need nothing here: `toolbox train` starts through the run's "
+            "configured launcher (e.g. strategy=ddp launcher=torchrun launcher.nproc=2)."
+        ),
     ),
     Stage(
         "eval",
@@ -197,16 +250,28 @@ STAGES: tuple[Stage, ...] = (
         deps={"config": PATHS["eval_cfg"], "data": PATHS["data"], "model": PATHS["model"]},
         outs={"eval": Out(PATHS["eval"], metrics=True)},
         doc="eval.json (a run with init_from: also before/<metric> of the model it starts from, and gain/<metric>)",
+        after_compose=("config",),
+        run_inputs=("init_model",),
+        comment="Eval: eval.json of the trained model, from the run's eval slice (an eval-only change reruns only this rule and publish).",
     ),
     Stage(
         "check",
-        "toolbox check --eval {eval}{check_extra} --expect {expect} --run {run} --out {check} --html {check_html}",
+        "toolbox check --eval {eval}{check_extra} --expect {expect} --run {run} --out {check} --html {check_html} "
+        "--published {results}",
         deps={"eval": PATHS["eval"]},
         outs={
             "check": Out(PATHS["check"], metrics=True),
             "table": Out(PATHS["check_html"], report="evaluation"),
         },
         doc="check.json: the run's expect: against eval.json (and agent_eval.json); fails with a table of expected vs got",
+        after_compose=("eval",),
+        run_inputs=("agent_eval",),
+        show_log_on_failure=True,
+        comment=(
+            "Check: the run's declared expectations (expect: in config/config.yaml) against its eval.json; "
+            "a failing job prints the table of expected vs got, marks the published results/<run>/check.json "
+            "as failed, and publish waits for it."
+        ),
     ),
     Stage(
         "plot",
@@ -214,6 +279,8 @@ STAGES: tuple[Stage, ...] = (
         deps={"metrics": PATHS["metrics"]},
         outs={"plots": Out(PATHS["plots"], directory=True, report="curves")},
         doc="PNG curves of metrics.jsonl",
+        after_compose=("metrics",),
+        comment="Plot: PNG curves of the run's metrics.jsonl (reached through train's model/).",
     ),
     # agent run -> traces -> dataset: runs with `agent:` (a script that runs the trained model as
     # an agent, records every model and tool call, and scores it, and the model it started from, on
@@ -226,6 +293,14 @@ STAGES: tuple[Stage, ...] = (
         outs={"traces": Out(PATHS["traces"]), "eval": Out(PATHS["agent_eval"], metrics=True)},
         when="agent",
         doc="agent run -> traces.sqlite (every model and tool call) and agent_eval.json (held-out problems)",
+        after_compose=("model",),
+        run_inputs=("agent_script", "init_model"),
+        rule_file="traces",
+        comment=(
+            "Agent run -> traces -> dataset, for runs with `agent:` in config/config.yaml. The agent rule "
+            "runs the run's trained model as an agent (its script), recording every model and tool call "
+            "into work/<run>/traces.sqlite and its held-out scores into agent_eval.json."
+        ),
     ),
     Stage(
         "traces",
@@ -234,6 +309,11 @@ STAGES: tuple[Stage, ...] = (
         outs={"data": Out(PATHS["traces_data"], directory=True)},
         when="to_dataset",
         doc="traces -> dataset: filtered, redacted, deduplicated, split by session (card.json)",
+        after_compose=("traces",),
+        comment=(
+            "The traces rule turns the traces into a datasets folder (`toolbox traces to-dataset`), "
+            "which a run with `data_from_traces: <run>` trains on."
+        ),
     ),
     Stage(
         "serve_bench",
@@ -241,6 +321,11 @@ STAGES: tuple[Stage, ...] = (
         deps={"model": PATHS["model"], "script": SERVE_BENCH},
         outs={"bench": Out(PATHS["bench"])},
         doc="bench.json: `toolbox bench serve` against `toolbox serve` of the trained model",
+        after_compose=("model",),
+        comment=(
+            "Serve-bench: serve the trained model on a free loopback port, benchmark it with "
+            "`toolbox bench serve`, stop the server by PID; bench.json (workflow/scripts/serve_bench.py)."
+        ),
         optional=True,
     ),
     Stage(
@@ -258,454 +343,15 @@ STAGES: tuple[Stage, ...] = (
         },
         outs={"results": Out(PATHS["results"], directory=True)},
         doc="results/<run>/: config.yaml, model/ (links), eval.json, check.json, metrics.jsonl, curves/, plots/",
+        run_inputs=("agent_eval",),
+        watch_overrides=True,
+        comment=(
+            "Publish: results/<run>/ (a directory() target, so `snakemake results/<run>/` builds the run). "
+            "Nothing else writes inside results/<run>/ (Snakemake's ChildIOException); large files are links."
+        ),
     ),
 )
 BY_NAME = {s.name: s for s in STAGES}
 
 # paths produced by some stage, and by which
 PRODUCER: dict[str, tuple[Stage, Out]] = {o.path: (s, o) for s in STAGES for o in s.outs.values()}
-
-
-# -- runs -----------------------------------------------------------------------------------------
-RESOURCE_DEFAULTS: dict[str, Any] = {"cpus": 2, "mem_mb": 4000, "runtime": 60, "gpu": 0, "nodes": 1}
-
-
-def run_entry(runs: dict[str, Any], run: str) -> dict[str, Any]:
-    """The run's entry of config/config.yaml; an unknown name fails with the list of runs."""
-    if run not in runs:
-        import difflib
-
-        close = difflib.get_close_matches(run, list(runs), n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise KeyError(
-            f"unknown run '{run}'.{hint} The runs in config/config.yaml are: {', '.join(sorted(runs))}."
-        )
-    return runs[run]
-
-
-# A run with ``init_from: <other run>`` starts from the other run's trained model and tokenizer
-# (GRPO after SFT): its composed config points model.path and tokenizer.path at that model, and these
-# stages read it (data saves its tokenizer, train loads its weights, eval scores it as "before"), so
-# they wait for the other run's train stage and rerun when its model changes.
-INIT_STAGES = ("data", "train", "eval")
-
-
-def traces_data(entry: dict[str, Any] | None) -> str | None:
-    """The dataset a run with ``data_from_traces: <run>`` trains on (made from that run's traces)."""
-    source = (entry or {}).get("data_from_traces")
-    return PATHS["traces_data"].format(run=source) if source else None
-
-
-def extra_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> list[str]:
-    """Inputs a stage has for this run only: the model it starts from (``init_from``, INIT_STAGES),
-    the traces dataset (``data_from_traces``, data), the agent script (agent), the agent's
-    evaluation (check and publish of a run with ``agent``)."""
-    deps = []
-    start = init_model(entry)
-    if start and stage.name in INIT_STAGES:
-        deps.append(start)
-    data = traces_data(entry)
-    if data and stage.name == "data":
-        deps.append(data)
-    if entry and entry.get("agent") and run is not None:
-        if stage.name == "agent":
-            deps.append(entry["agent"]["script"])
-            if start:
-                deps.append(start)  # evaluated too: the "before" of agent_eval.json
-        if stage.name in ("check", "publish"):
-            deps.append(PATHS["agent_eval"].format(run=run))
-    return deps
-
-
-def init_model(entry: dict[str, Any] | None) -> str | None:
-    """The trained model folder a run starts from (``init_from``), or None."""
-    source = (entry or {}).get("init_from")
-    return PATHS["model"].format(run=source) if source else None
-
-
-def overrides(run: str, entry: dict[str, Any]) -> list[str]:
-    """The Hydra overrides that compose the run: its experiment, its name, the model it starts from
-    (``init_from``), its own overrides, and the run dir the workflow trains in (last, so that it
-    always wins)."""
-    start = init_model(entry)
-    init = (
-        ["model=pretrained", f"model.path={start}", "tokenizer=pretrained", f"tokenizer.path={start}"]
-        if start
-        else []
-    )
-    data = traces_data(entry)
-    if data:
-        init += ["data=local", f"data.source.path={data}", "data.dataset.name=chat"]
-    return [
-        f"experiment={entry['experiment']}",
-        f"run_name={run}",
-        *init,
-        *[str(o) for o in entry.get("overrides") or []],
-        f"run_dir={PATHS['run_dir'].format(run=run)}",
-    ]
-
-
-def run_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> list[str]:
-    """The stage's inputs for this run: its declared deps and its ``extra_deps``."""
-    return [d.format(run=run) for d in stage.deps.values()] + extra_deps(stage, run, entry)
-
-
-def runs_stage(entry: dict[str, Any] | None, stage: Stage) -> bool:
-    """Whether the run has this stage: a stage ``when`` a key needs it in the entry (``agent``), and
-    a run's ``skip`` leaves out optional stages."""
-    return stage.applies(entry) and (entry is None or stage.name not in (entry.get("skip") or []))
-
-
-def resources(entry: dict[str, Any]) -> dict[str, Any]:
-    return {**RESOURCE_DEFAULTS, **(entry.get("resources") or {})}
-
-
-def _values(run: str | None, entry: dict[str, Any] | None) -> dict[str, str]:
-    values = {
-        "defaults": DEFAULTS,
-        "slicer": SLICER,
-        "publisher": PUBLISHER,
-        "serve_bench": SERVE_BENCH,
-        **{k: v.format(run=run) for k, v in PATHS.items() if k not in ("log", "benchmark")},
-    }
-    if entry is not None and run is not None:
-        values["overrides"] = " ".join(shlex.quote(o) for o in overrides(run, entry))
-        agent = entry.get("agent") or {}
-        values["agent_script"] = agent.get("script", "")
-        values["agent_args"] = " ".join(shlex.quote(str(a)) for a in agent.get("args") or [])
-        values["to_dataset_args"] = " ".join(shlex.quote(str(a)) for a in entry.get("to_dataset") or [])
-        values["publish_extra"] = f" --extra {PATHS['agent_eval'].format(run=run)}" if agent else ""
-        values["check_extra"] = f" --eval {PATHS['agent_eval'].format(run=run)}" if agent else ""
-        values["expect"] = shlex.quote(json.dumps(entry.get("expect") or {}, sort_keys=True))
-        values["run"] = run
-        start = init_model(entry)
-        values["agent_before"] = f" --before-model {start}" if start else ""
-        values["before"] = f" --before {start}" if start else ""
-    else:
-        values["publish_extra"] = values["check_extra"] = ""
-    return values
-
-
-def command(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> str:
-    """The stage's command for this run, without the log redirection."""
-    return stage.cmd.format(**_values(run, entry))
-
-
-def shell_line(cmd: str, log: str) -> str:
-    """The command with its log: Snakemake's rule runs ``( cmd ) > log 2>&1``, DVC the same after
-    creating the log folder (Snakemake creates it itself)."""
-    return f"( {cmd} ) > {log} 2>&1"
-
-
-def dvc_cmd(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> str:
-    log = stage.log(run)
-    return f"mkdir -p {Path(log).parent} && " + shell_line(command(stage, run, entry), log)
-
-
-# -- the config file ------------------------------------------------------------------------------
-SCHEMA = "workflow/schemas/config.schema.yaml"
-
-
-def config_errors(cfg: Any) -> list[str]:
-    """Every violation of the schema, each naming the bad key and the schema path, then every
-    ``init_from`` that names no run or makes a cycle."""
-    import yaml
-    from jsonschema import Draft202012Validator
-
-    schema = yaml.safe_load((REPO / SCHEMA).read_text())
-    errors = sorted(
-        Draft202012Validator(schema).iter_errors(cfg), key=lambda e: [str(p) for p in e.absolute_path]
-    )
-    lines = []
-    for e in errors:
-        key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-        where = "/".join(str(p) for p in e.absolute_schema_path)
-        lines.append(f"{key}: {e.message} (schema: {Path(SCHEMA).name}#/{where})")
-    if not lines:
-        lines = (
-            init_from_errors(cfg["runs"])
-            + data_from_traces_errors(cfg["runs"])
-            + skip_errors(cfg["runs"])
-            + table_errors(cfg)
-        )
-    return lines
-
-
-def data_from_traces_errors(runs: dict[str, Any]) -> list[str]:
-    """``data_from_traces`` must name a run of the file with an ``agent`` and ``to_dataset`` (whose
-    traces' dataset it reads)."""
-    lines = []
-    for run, entry in runs.items():
-        source = entry.get("data_from_traces")
-        if source is None:
-            continue
-        if source not in runs or not (runs[source].get("agent") and runs[source].get("to_dataset")):
-            with_agent = sorted(r for r, e in runs.items() if e.get("agent") and e.get("to_dataset"))
-            lines.append(
-                f"runs.{run}.data_from_traces: '{source}' is not a run of this file with an agent and "
-                f"to_dataset (runs with both: {', '.join(with_agent) or 'none'})"
-            )
-        elif source == run:
-            lines.append(f"runs.{run}.data_from_traces: a run cannot train on its own traces")
-    return lines
-
-
-def skip_errors(runs: dict[str, Any]) -> list[str]:
-    """``skip`` may name only optional stages (those no other stage reads)."""
-    optional = sorted(s.name for s in STAGES if s.optional)
-    return [
-        f"runs.{run}.skip: '{name}' is not a stage a run may skip (these may: {', '.join(optional)})"
-        for run, entry in runs.items()
-        for name in entry.get("skip") or []
-        if name not in optional
-    ]
-
-
-def init_from_errors(runs: dict[str, Any]) -> list[str]:
-    """``init_from`` must name another run of the file, and following it must never come back."""
-    lines = []
-    for run, entry in runs.items():
-        source = entry.get("init_from")
-        if source is None:
-            continue
-        if source not in runs:
-            lines.append(
-                f"runs.{run}.init_from: '{source}' is not a run of this file "
-                f"(the runs: {', '.join(sorted(runs))})"
-            )
-            continue
-        chain = [run]
-        while source is not None and source not in chain:
-            chain.append(source)
-            source = runs.get(source, {}).get("init_from")
-        if source == run:
-            lines.append(
-                f"runs.{run}.init_from: a cycle ({' -> '.join([*chain, run])}); a run cannot start from itself"
-            )
-    return lines
-
-
-def load_config(path: str | Path = CONFIG_FILE) -> dict[str, Any]:
-    import yaml
-
-    path = Path(path)
-    if not path.is_absolute():
-        path = REPO / path
-    with open(path) as f:
-        return yaml.safe_load(f) or {}
-
-
-# -- tables ---------------------------------------------------------------------------------------
-# A table of config/config.yaml (``tables: {name: {metric, scale, rows: {label: {runs, reference}}}}``)
-# is the mean ± std of one eval metric over each row's runs (seeds), beside the row's reference
-# number (a paper's): ``toolbox table`` reads the runs' eval.json and writes the Markdown and JSON.
-TABLE_PATHS = {"md": "results/tables/{table}.md", "json": "results/tables/{table}.json"}
-TABLE_LOG = "work/_tables/logs/{table}.log"
-
-
-def table_log(name: str) -> str:
-    return TABLE_LOG.format(table=name)
-
-
-def table_runs(row: dict[str, Any], runs: dict[str, Any]) -> list[str]:
-    """A row's runs: a list of run names, or one glob over them (``gcn_cora_s*``)."""
-    import fnmatch
-
-    pattern = row["runs"]
-    if isinstance(pattern, str):
-        return sorted(r for r in runs if fnmatch.fnmatchcase(r, pattern))
-    return list(pattern)
-
-
-def table_deps(table: dict[str, Any], runs: dict[str, Any]) -> list[str]:
-    return [PATHS["eval"].format(run=r) for row in table["rows"].values() for r in table_runs(row, runs)]
-
-
-def table_command(name: str, table: dict[str, Any], runs: dict[str, Any]) -> str:
-    """The table's ``toolbox table`` command (one ``--row`` per row: label, reference, eval files)."""
-    parts = ["toolbox table", "--metric", shlex.quote(table["metric"]), "--scale", str(table.get("scale", 1))]
-    for label, row in table["rows"].items():
-        evals = [PATHS["eval"].format(run=r) for r in table_runs(row, runs)]
-        parts += ["--row", shlex.quote(str(label)), shlex.quote(str(row.get("reference", "")) or "-"), *evals]
-    parts += ["--title", shlex.quote(str(table.get("title", name)))]
-    parts += ["--out", TABLE_PATHS["md"].format(table=name), "--json", TABLE_PATHS["json"].format(table=name)]
-    return " ".join(parts)
-
-
-def table_errors(cfg: dict[str, Any]) -> list[str]:
-    """Every row must name at least one run of the file."""
-    runs, lines = cfg["runs"], []
-    for name, table in (cfg.get("tables") or {}).items():
-        for label, row in table["rows"].items():
-            found = table_runs(row, runs)
-            unknown = [r for r in found if r not in runs]
-            if unknown or not found:
-                lines.append(
-                    f"tables.{name}.rows.{label}.runs: {', '.join(unknown) or repr(row['runs'])} "
-                    f"names no run of this file (the runs: {', '.join(sorted(runs))})"
-                )
-    return lines
-
-
-# -- dvc.yaml -------------------------------------------------------------------------------------
-HEADER = """\
-# GENERATED from config/config.yaml by workflow/stages.py -- do not edit by hand.
-# Regenerate after changing config/config.yaml:  python workflow/stages.py dvc
-# Every command here is also a Snakemake rule (workflow/rules/*.smk): the same template, the same paths.
-"""
-
-
-def dvc_stages(runs: dict[str, Any], tables: dict[str, Any] | None = None) -> dict[str, Any]:
-    """dvc.yaml's content as a dict: one DVC stage per (stage, run) and per table, plus metrics and
-    plots."""
-    stages: dict[str, Any] = {}
-    for stage in STAGES:
-        for run in sorted(runs) if stage.per_run else [None]:
-            entry = runs[run] if run is not None else None
-            if not runs_stage(entry, stage):
-                continue
-            spec: dict[str, Any] = {"cmd": dvc_cmd(stage, run, entry)}
-            spec["deps"] = run_deps(stage, run, entry)
-            outs, metrics = [], []
-            for out in stage.outs.values():
-                path = out.path.format(run=run)
-                target = metrics if out.metrics else outs
-                target.append({path: {"persist": True}} if out.persist else path)
-            if outs:
-                spec["outs"] = outs
-            if metrics:
-                spec["metrics"] = metrics
-            stages[stage.dvc_name(run)] = spec
-    for name, table in sorted((tables or {}).items()):
-        stages[f"table-{name}"] = {
-            "cmd": f"mkdir -p {Path(table_log(name)).parent} && "
-            + shell_line(table_command(name, table, runs), table_log(name)),
-            "deps": table_deps(table, runs),
-            "outs": [TABLE_PATHS["md"].format(table=name), TABLE_PATHS["json"].format(table=name)],
-        }
-    plots = []
-    for run in sorted(runs):
-        curves = f"{PATHS['results'].format(run=run)}/curves"
-        train = TRAIN_CURVE.get(trainer_name(runs[run]), "loss")
-        plots.append({f"{run}-train-{train}": {"x": "step", "y": {f"{curves}/train.json": train}}})
-        for metric in ("eval/token_accuracy", "eval/loss"):
-            name = f"{run}-eval-{metric.removeprefix('eval/')}"
-            plots.append({name: {"x": "step", "y": {f"{curves}/eval.json": metric}}})
-    return {"stages": stages, "plots": plots}
-
-
-# The training curve DVC plots per trainer: a GRPO run's loss is ~1e-9 at every step (a
-# group-normalised advantage sums to zero), its reward is what moves. The in-training evaluation of
-# every workflow run is the default perplexity evaluator: eval/loss and eval/token_accuracy.
-TRAIN_CURVE = {"grpo": "reward"}
-
-
-def trainer_name(entry: dict[str, Any]) -> str:
-    """The trainer a run selects: a ``trainer=`` override, else its experiment file's (following
-    the experiments it extends), else the default ``supervised``. Reads the YAML files only."""
-    for override in reversed(entry.get("overrides") or []):
-        if str(override).startswith("trainer="):
-            return str(override).split("=", 1)[1]
-    import yaml
-
-    experiment, seen = entry.get("experiment"), set()
-    while experiment and experiment not in seen:
-        seen.add(experiment)
-        path = REPO / CONFIG_TREE / "experiment" / f"{experiment}.yaml"
-        if not path.is_file():
-            break
-        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
-        parent = None
-        for item in defaults:
-            if isinstance(item, dict) and "override /trainer" in item:
-                return str(item["override /trainer"])
-            if isinstance(item, str) and item != "_self_":
-                parent = item
-        experiment = parent
-    return "supervised"
-
-
-def fingerprint(runs: dict[str, Any], tables: dict[str, Any] | None = None) -> str:
-    """What dvc.yaml is made from (the runs, the tables and this file), hashed: the Snakefile
-    compares it with dvc.yaml's first line on every call, which costs far less than writing
-    dvc.yaml anew."""
-    import hashlib
-
-    made_from = runs if not tables else {"runs": runs, "tables": tables}
-    h = hashlib.sha256(json.dumps(made_from, sort_keys=True, default=str).encode())
-    h.update(Path(__file__).read_bytes())
-    return h.hexdigest()[:16]
-
-
-def dvc_yaml_text(runs: dict[str, Any], tables: dict[str, Any] | None = None) -> str:
-    import yaml
-
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    body = yaml.dump(dvc_stages(runs, tables), Dumper=dumper, sort_keys=False, width=1000)
-    return f"# fingerprint: {fingerprint(runs, tables)}\n" + HEADER + body
-
-
-def dvc_yaml_is_current(path: str | Path, runs: dict[str, Any], tables: dict[str, Any] | None = None) -> bool:
-    """Whether the file at ``path`` was generated from these runs and tables by this version of
-    stages.py."""
-    try:
-        with open(path) as f:
-            first = f.readline()
-    except FileNotFoundError:
-        return False
-    return first.strip() == f"# fingerprint: {fingerprint(runs, tables)}"
-
-
-# -- command line ---------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python workflow/stages.py", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("dvc", help="write dvc.yaml from the config")
-    p.add_argument("--config", default=CONFIG_FILE)
-    p.add_argument("--out", default=DVC_FILE)
-    p.add_argument(
-        "--check", action="store_true", help="exit 1 if the file differs from what would be written"
-    )
-    p = sub.add_parser("show", help="print the commands of one run")
-    p.add_argument("run")
-    p.add_argument("--config", default=CONFIG_FILE)
-    args = parser.parse_args(argv)
-
-    cfg = load_config(args.config)
-    errors = config_errors(cfg)
-    if errors:
-        print(f"error: {args.config} is not valid:\n" + "\n".join(f"  {e}" for e in errors), file=sys.stderr)
-        return 2
-    runs, tables = cfg["runs"], cfg.get("tables")
-    if args.command == "show":
-        try:
-            entry = run_entry(runs, args.run)
-        except KeyError as e:
-            print(f"error: {e.args[0]}", file=sys.stderr)
-            return 2
-        for stage in STAGES:
-            run = args.run if stage.per_run else None
-            if not runs_stage(entry if run else None, stage):
-                continue
-            print(f"# {stage.dvc_name(run)}: {stage.doc}\n{command(stage, run, entry if run else None)}\n")
-        return 0
-    text = dvc_yaml_text(runs, tables)
-    out = Path(args.out)
-    if not out.is_absolute():
-        out = REPO / out
-    if args.check:
-        if not out.is_file() or out.read_text() != text:
-            print(
-                f"{args.out} is out of date with {args.config}; run: python workflow/stages.py dvc",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"{args.out} is up to date")
-        return 0
-    out.write_text(text)
-    print(f"wrote {args.out} ({len(runs)} runs, {sum(1 for _ in dvc_stages(runs, tables)['stages'])} stages)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -105,3 +105,28 @@ def test_resumed_run_continues_the_same_wandb_run(trainer, drive, monkeypatch):
     assert folders, "the resumed run is written under the same W&B run id"
     rows = [r for f in folders for r in history(read_records(f / f"run-{first.run_id}.wandb"))]
     assert sorted(r["_step"] for r in rows) == [1, 2]
+
+
+def test_wandb_environment_variables_are_honoured(trainer, drive, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "from-env")
+    monkeypatch.setenv("WANDB_TAGS", "a,b")
+    cb = WandbCallback(tags=["ci"])
+    assert (cb.project, cb.mode, cb.tags) == ("from-env", "offline", ["a", "b", "ci"])
+    assert WandbCallback(project="cfg").project == "cfg"  # the config wins over the variable
+    monkeypatch.setenv("WANDB_MODE", "online")
+    assert WandbCallback().mode == "online"
+    monkeypatch.setenv("WANDB_MODE", "cloud")
+    with pytest.raises(ConfigError, match="WANDB_MODE"):
+        WandbCallback()
+
+
+def test_wandb_mode_disabled_writes_nothing(trainer, drive, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    cb = WandbCallback()
+    d = drive(cb)
+    d.fit_start()
+    d.step(loss=1.0)
+    d.fit_end()
+    assert cb.run is None and cb.run_id is None
+    assert not (trainer.context.run_dir / "wandb").exists()

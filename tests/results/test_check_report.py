@@ -250,7 +250,7 @@ def test_report_of_the_runs_shows_before_after_and_expectations(tmp_path: Path) 
     md = tmp_path / "report.md"
     assert main(["report", "--config", str(config), "--root", str(tmp_path), "--md", str(md)]) == 0
     text = md.read_text()
-    assert "| sft | – | – | not run yet | – | – | – |" in text
+    assert "Not run yet (1): sft." in text and "| sft |" not in text
     assert "| rl | eval/exact_match | 0.6 | 0.97 | >= 0.95 | yes | results/rl/eval.json |" in text
     assert "| rl | gain/eval/exact_match | – | 0.37 | >= 0.1 | yes | results/rl/eval.json |" in text
 
@@ -315,3 +315,17 @@ def test_report_of_a_run_with_an_agent_reads_its_agent_eval_json(tmp_path: Path)
     source = "results/agent_sft/eval.json + agent_eval.json"
     assert f"| agent_sft | gain/tool_call_success | – | 0.15 | >= 0.1 | yes | {source} |" in text
     assert f"| agent_sft | gain/answer_accuracy | – | 0.02 | >= 0.05 | **NO** | {source} |" in text
+
+
+def test_report_of_run_folders_includes_runs_made_with_toolbox_train(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"runs": {"a": {"expect": {"eval/exact_match": {"min": 0.95}}}}}))
+    for name, value in (("a", 0.97), ("mine", 0.5)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps({"exact_match": value}))
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "mine"), "--config", str(config)]) == 0
+    text = capsys.readouterr().out
+    assert f"| a | eval/exact_match | – | 0.97 | >= 0.95 | yes | {tmp_path / 'a' / 'eval.json'} |" in text
+    assert f"| mine | eval/exact_match | – | 0.5 | – | – | {tmp_path / 'mine' / 'eval.json'} |" in text
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "no eval.json there" in capsys.readouterr().err

@@ -14,8 +14,10 @@ from workflow_copy import REPO, copy_workflow, tool
 
 sys.path.insert(0, str(REPO / "workflow"))
 sys.path.insert(0, str(REPO / "workflow" / "scripts"))
+import dvc_yaml  # noqa: E402
+import result_tables  # noqa: E402
+import run_config  # noqa: E402
 import slice_config  # noqa: E402
-import stages  # noqa: E402
 
 GRAPH = ["data=karate_club", "trainer.max_steps=3", "trainer.save_every=0", "device=cpu", "num_threads=1"]
 
@@ -39,14 +41,14 @@ def graph_config(seeds: int = 2) -> dict:
 
 
 def test_the_repo_config_tabulates_ten_seeds_of_gcn_and_gat_on_cora() -> None:
-    cfg = stages.load_config(REPO / "config" / "config.yaml")
-    assert stages.config_errors(cfg) == []
+    cfg = run_config.load_config(REPO / "config" / "config.yaml")
+    assert run_config.config_errors(cfg) == []
     rows = cfg["tables"]["cora"]["rows"]
-    assert [stages.table_runs(rows[m], cfg["runs"]) for m in ("GCN", "GAT")] == [
+    assert [result_tables.table_runs(rows[m], cfg["runs"]) for m in ("GCN", "GAT")] == [
         [f"{m}_cora_s{s}" for s in range(10)] for m in ("gcn", "gat")
     ]
     assert all(cfg["runs"][f"gat_cora_s{s}"]["overrides"][0] == f"seed={s}" for s in range(10))
-    dvc = stages.dvc_stages(cfg["runs"], cfg["tables"])["stages"]
+    dvc = dvc_yaml.dvc_stages(cfg["runs"], cfg["tables"])["stages"]
     assert dvc["table-cora"]["deps"] == [
         f"work/{m}_cora_s{s}/eval.json" for m in ("gcn", "gat") for s in range(10)
     ]
@@ -58,7 +60,7 @@ def test_skip_takes_only_optional_stages_and_rows_must_name_runs() -> None:
     cfg = graph_config()
     cfg["runs"]["gcn_s0"]["skip"] = ["train"]
     cfg["tables"]["karate"]["rows"]["GAT"] = {"runs": "gat_s*"}
-    assert stages.config_errors(cfg) == [
+    assert run_config.config_errors(cfg) == [
         "runs.gcn_s0.skip: 'train' is not a stage a run may skip (these may: serve_bench)",
         "tables.karate.rows.GAT.runs: 'gat_s*' names no run of this file (the runs: gcn_s0, gcn_s1)",
     ]

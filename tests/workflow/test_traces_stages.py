@@ -10,7 +10,9 @@ from pathlib import Path
 from workflow_copy import REPO, copy_workflow, tiny_config
 
 sys.path.insert(0, str(REPO / "workflow"))
-import stages  # noqa: E402
+import dvc_yaml  # noqa: E402
+import run_config  # noqa: E402
+import runs  # noqa: E402
 
 
 def agent_config() -> dict:
@@ -29,8 +31,8 @@ def agent_config() -> dict:
 
 def test_agent_and_traces_stages_exist_only_for_runs_with_an_agent() -> None:
     cfg = agent_config()
-    assert stages.config_errors(cfg) == []
-    dvc = stages.dvc_stages(cfg["runs"])["stages"]
+    assert run_config.config_errors(cfg) == []
+    dvc = dvc_yaml.dvc_stages(cfg["runs"])["stages"]
     assert {"agent-actor", "traces-actor"} <= dvc.keys()
     assert not {"agent-tiny", "traces-tiny", "traces-learner"} & dvc.keys()
     # the learner's agent evaluates it and the model it started from (before / after)
@@ -51,14 +53,14 @@ def test_agent_and_traces_stages_exist_only_for_runs_with_an_agent() -> None:
     assert "work/actor/agent_eval.json" in dvc["publish-actor"]["deps"]
     assert "--extra work/actor/agent_eval.json" in dvc["publish-actor"]["cmd"]
     assert "--extra" not in dvc["publish-tiny"]["cmd"]
-    over = stages.overrides("learner", cfg["runs"]["learner"])
+    over = runs.overrides("learner", cfg["runs"]["learner"])
     assert over[6:9] == ["data=local", "data.source.path=work/actor/traces_data", "data.dataset.name=chat"]
 
 
 def test_data_from_traces_must_name_a_run_with_an_agent() -> None:
     cfg = agent_config()
     cfg["runs"]["learner"]["data_from_traces"] = "tiny"
-    assert stages.config_errors(cfg) == [
+    assert run_config.config_errors(cfg) == [
         "runs.learner.data_from_traces: 'tiny' is not a run of this file with an agent and to_dataset "
         "(runs with both: actor)"
     ]

@@ -18,6 +18,9 @@ from workflow_copy import REPO, TINY_OVERRIDES, TINY_RUN, Workflow, copy_workflo
 
 sys.path.insert(0, str(REPO / "workflow"))
 sys.path.insert(0, str(REPO / "workflow" / "scripts"))
+import dvc_yaml  # noqa: E402
+import run_config  # noqa: E402
+import runs  # noqa: E402
 import slice_config  # noqa: E402
 import stages  # noqa: E402
 
@@ -26,9 +29,9 @@ STAGE_NAMES = {"defaults", "compose", "data", "train", "eval", "check", "plot", 
 
 # -- one definition, two pipelines ----------------------------------------------------------------
 def test_dvc_yaml_is_generated_from_the_config_and_up_to_date() -> None:
-    cfg = stages.load_config(REPO / "config" / "config.yaml")
-    assert (REPO / "dvc.yaml").read_text() == stages.dvc_yaml_text(cfg["runs"], cfg.get("tables")), (
-        "dvc.yaml is out of date with config/config.yaml: run `python workflow/stages.py dvc`"
+    cfg = run_config.load_config(REPO / "config" / "config.yaml")
+    assert (REPO / "dvc.yaml").read_text() == dvc_yaml.dvc_yaml_text(cfg["runs"], cfg.get("tables")), (
+        "dvc.yaml is out of date with config/config.yaml: run `python workflow/generate.py`"
     )
 
 
@@ -111,13 +114,13 @@ def tuned_entry() -> dict:
 def test_init_from_points_the_run_at_the_other_runs_model(tmp_path: Path) -> None:
     cfg = tiny_config()
     cfg["runs"]["tuned"] = tuned_entry()
-    assert stages.config_errors(cfg) == []
+    assert run_config.config_errors(cfg) == []
     model = "work/tiny/train/model"
-    assert stages.overrides("tuned", cfg["runs"]["tuned"])[:6] == [
+    assert runs.overrides("tuned", cfg["runs"]["tuned"])[:6] == [
         "experiment=grpo_arith", "run_name=tuned", "model=pretrained", f"model.path={model}",
         "tokenizer=pretrained", f"tokenizer.path={model}",
     ]  # fmt: skip
-    dvc = stages.dvc_stages(cfg["runs"])["stages"]
+    dvc = dvc_yaml.dvc_stages(cfg["runs"])["stages"]
     assert model in dvc["data-tuned"]["deps"] and model in dvc["train-tuned"]["deps"]
     # eval scores the starting model too (before/, gain/), so it follows it as well
     assert model in dvc["eval-tuned"]["deps"] and model in dvc["eval-tiny"]["deps"]
@@ -142,14 +145,14 @@ def test_init_from_points_the_run_at_the_other_runs_model(tmp_path: Path) -> Non
 def test_init_from_must_name_another_run_without_a_cycle(init_from: str, expected: str) -> None:
     cfg = tiny_config()
     cfg["runs"]["tuned"] = {**tuned_entry(), "init_from": init_from}
-    assert stages.config_errors(cfg) == [expected]
+    assert run_config.config_errors(cfg) == [expected]
 
 
 def test_init_from_cycle_through_two_runs_is_refused() -> None:
     cfg = tiny_config()
     cfg["runs"]["tuned"] = tuned_entry()
     cfg["runs"]["tiny"]["init_from"] = "tuned"
-    assert stages.config_errors(cfg) == [
+    assert run_config.config_errors(cfg) == [
         "runs.tiny.init_from: a cycle (tiny -> tuned -> tiny); a run cannot start from itself",
         "runs.tuned.init_from: a cycle (tuned -> tiny -> tuned); a run cannot start from itself",
     ]
@@ -217,9 +220,9 @@ def test_default_target_builds_every_run(tmp_path: Path) -> None:
 )
 def test_config_errors_name_the_key_and_the_schema_path(change, expected: str) -> None:
     cfg = tiny_config()
-    assert stages.config_errors(cfg) == []
+    assert run_config.config_errors(cfg) == []
     change(cfg)
-    errors = stages.config_errors(cfg)
+    errors = run_config.config_errors(cfg)
     assert any(e.startswith(expected) for e in errors), errors
     assert all("(schema: config.schema.yaml#/" in e for e in errors)
 
@@ -235,7 +238,7 @@ def test_snakemake_and_the_generator_refuse_an_invalid_config(workflow_copy: Wor
         "config/config.yaml is not valid:" in out
         and "runs.tiny.resources.cpus: 'two' is not of type 'integer'" in out
     ), out[-3000:]
-    gen = workflow_copy.run(sys.executable, "workflow/stages.py", "dvc", check=False)
+    gen = workflow_copy.run(sys.executable, "workflow/generate.py", "dvc", check=False)
     assert gen.returncode == 2 and "runs.tiny.resources.cpus" in gen.stderr
 
 
@@ -252,7 +255,7 @@ def test_stale_dvc_yaml_is_reported(workflow_copy: Workflow) -> None:
     (workflow_copy.root / "dvc.yaml").write_text("stages: {}\n")
     res = workflow_copy.snakemake("-n")
     assert "dvc.yaml does not describe the runs" in res.stdout + res.stderr
-    check = workflow_copy.run(sys.executable, "workflow/stages.py", "dvc", "--check", check=False)
+    check = workflow_copy.run(sys.executable, "workflow/generate.py", "dvc", "--check", check=False)
     assert check.returncode == 1
 
 

@@ -90,7 +90,7 @@ class Workflow:
 
     def write_config(self, cfg: dict) -> None:
         (self.root / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        self.run(sys.executable, "workflow/stages.py", "dvc")
+        self.run(sys.executable, "workflow/generate.py", "dvc")
 
     def git_dvc_init(self) -> None:
         self.run("git", "init", "-q")

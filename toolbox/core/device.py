@@ -34,12 +34,20 @@ def seed_everything(seed: int) -> None:
 
 
 def set_determinism(enabled: bool) -> None:
-    """Ask torch for deterministic kernels (and cuBLAS for a fixed workspace)."""
+    """Ask torch for deterministic kernels (and cuBLAS for a fixed workspace), without the NaN fill.
+
+    ``torch.use_deterministic_algorithms(True)`` also fills every ``torch.empty`` with NaN (a
+    debugging aid for reads of uninitialised memory); deterministic kernels do not need it, and it
+    cost TRL 44 of its ~51 ms per SFT step (a 4096 x 32768 scratch buffer filled every step), so it
+    stays off.
+    """
     import torch
+    import torch.utils.deterministic
 
     if enabled:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(enabled, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
     if torch.backends.cudnn.is_available():
         torch.backends.cudnn.deterministic = enabled
         torch.backends.cudnn.benchmark = not enabled

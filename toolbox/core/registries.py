@@ -39,12 +39,16 @@ TRAINERS = Registry(
         "toolbox.trainer.preference",
         "toolbox.trainer.trl_dpo",
         "toolbox.trainer.grpo",
+        "toolbox.trainer.agent_grpo",
         "toolbox.trainer.trl_sft",
         "toolbox.trainer.trl_grpo",
         "toolbox.trainer.ppo_env",
     ),
 )
-CALLBACKS = Registry("callback", modules=("toolbox.trainer.callbacks", "toolbox.memory.writer"))
+CALLBACKS = Registry(
+    "callback",
+    modules=("toolbox.trainer.callbacks", "toolbox.memory.writer", "toolbox.eval.harness.callback"),
+)
 STRATEGIES = Registry(
     "strategy", modules=("toolbox.distributed.single", "toolbox.distributed.ddp", "toolbox.distributed.fsdp")
 )
@@ -68,8 +72,10 @@ EVALUATORS = Registry(
         "toolbox.eval.graph",
         "toolbox.eval.episodes",
         "toolbox.eval.tool_calls",
+        "toolbox.eval.harness.evaluators",
     ),
 )
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
 VECTOR_INDEXES = Registry("vector_index", modules=("toolbox.memory.index",))
 ENVS = Registry("env", modules=("toolbox.rl.envs",))
+TEXT_ENVS = Registry("text_env", modules=("toolbox.rl.text_envs",))

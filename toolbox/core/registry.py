@@ -246,6 +246,12 @@ def component_fields(obj: Callable[..., Any]) -> list[Field]:
                 doc=docs.get(p.name, ""),
             )
         )
+    if inspect.isclass(obj) and getattr(obj, "config_from_base", False):
+        # ``**settings`` passed on to the base class: its fields are this class's too (less the ones
+        # the class sets itself, ``config_excludes``)
+        have = {f.name for f in fields} | set(getattr(obj, "config_excludes", ()))
+        base = next(c for c in obj.__mro__[1:] if "__init__" in vars(c))
+        fields += [f for f in component_fields(base) if f.name not in have and f.name != "parts"]
     return fields
 
 

@@ -41,6 +41,24 @@ def read_metrics(path: Path) -> tuple[Series, Series]:
     )
 
 
+def final_eval(run_dir: Path, last_step: int) -> Series:
+    """The run's eval.json as single points at its last step: ``eval/<metric>`` -> [(step, value)]."""
+    path = run_dir / "eval.json"
+    if not path.is_file():
+        return {}
+    try:
+        metrics = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    return {
+        key if key.startswith("eval/") else f"eval/{key}": [(last_step, float(value))]
+        for key, value in metrics.items()
+        if isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and "/" not in key.removeprefix("eval/")
+    }
+
+
 def _groups(train: Series, evals: Series) -> dict[str, list[tuple[str, str, list[tuple[int, float]]]]]:
     """figure name -> [(label, split, points)]; train and eval of the same metric share a figure."""
     groups: dict[str, list[tuple[str, str, list[tuple[int, float]]]]] = {}
@@ -74,7 +92,8 @@ def plot_metrics(run_dir: Path, out: Path | None = None) -> list[Path]:
 
     Groups: the train loss with the eval loss (and any train metric with its ``eval/`` twin),
     the learning rate, throughput (tokens/s, steps/s; one panel each), memory, each other eval
-    metric, and each other train metric. Files go to ``out`` (default ``run_dir/plots``).
+    metric, and each other train metric; the run's eval.json (its headline metrics) adds a last point
+    to each metric's eval curve. Files go to ``out`` (default ``run_dir/plots``).
     """
     run_dir = Path(run_dir)
     path = run_dir / "metrics.jsonl" if run_dir.is_dir() or not run_dir.suffix else run_dir
@@ -84,6 +103,9 @@ def plot_metrics(run_dir: Path, out: Path | None = None) -> list[Path]:
             "(callbacks: [{name: jsonl}]) so the run writes metrics.jsonl, then plot its run directory."
         )
     train, evals = read_metrics(path)
+    last = max((s for points in [*train.values(), *evals.values()] for s, _ in points), default=0)
+    for key, points in final_eval(path.parent, last).items():  # the headline metric, e.g. exact match
+        evals[key] = [*[p for p in evals.get(key, []) if p[0] != last], *points]
     groups = _groups(train, evals)
     if not groups:
         raise DataError(f"no metrics to plot: {path} has no numeric metrics.")

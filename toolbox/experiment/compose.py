@@ -148,6 +148,14 @@ def _unknown_override(key: str, others: list[str]) -> str:
 
 def _hydra_message(e: Exception) -> str:
     msg = str(e).strip()
+    missing = re.search(r"Could not find '([^'/]+)/([^']+)'", msg)
+    options = re.search(r"Available options in '[^']+':\s*((?:\n\t[^\n]+)+)", msg)
+    if missing and options:  # a misspelt group option: the closest one and the list, no search path
+        group, given = missing.groups()
+        valid = options.group(1).split()
+        close = difflib.get_close_matches(given, valid, n=1)
+        hint = f" Did you mean {group}={close[0]}?" if close else ""
+        return f"{group}={given}: no such option in group '{group}'.{hint} Options: {', '.join(valid)}."
     if "Could not find" in msg and "Available options" in msg:
         return msg.replace("\n\t", " ").replace("\n", " ")
     return msg

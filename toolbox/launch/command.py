@@ -30,6 +30,7 @@ def add_launch_parser(sub: Any, overrides_help: str) -> None:
     p.add_argument("--config", help="a composed config.yaml (from `toolbox compose --out`)")
     p.add_argument("--data", help="the output folder of `toolbox data` (else the data are built in process)")
     p.add_argument("--out", help="run directory (overrides run_dir)")
+    add_run_folder_flags(p)
     p.add_argument(
         "--wait", action="store_true", help="SLURM: wait for the job, streaming its log; exit with its status"
     )
@@ -38,6 +39,26 @@ def add_launch_parser(sub: Any, overrides_help: str) -> None:
         help="train once per value (repeat for a grid); under launcher=slurm as one job array",
     )  # fmt: skip
     p.set_defaults(fn=cmd_launch)
+
+
+def add_run_folder_flags(p: argparse.ArgumentParser) -> None:
+    """What to do when the run folder holds a run of another configuration (default: refuse)."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--new-folder", dest="run_folder", action="store_const", const="new", default="refuse",
+        help="if the run folder holds another configuration's run, train into the next free <run_dir>-N",
+    )  # fmt: skip
+    group.add_argument(
+        "--overwrite", dest="run_folder", action="store_const", const="overwrite",
+        help="if the run folder holds another configuration's run, delete that run first",
+    )  # fmt: skip
+
+
+def claimed(args: argparse.Namespace, cfg):
+    """``cfg`` with its run folder checked against the run already there (``run_folder.py``)."""
+    from toolbox.experiment.run_folder import claim_run_folder
+
+    return claim_run_folder(cfg, getattr(args, "run_folder", "refuse"))
 
 
 def parse_sweep(specs: list[str]) -> list[list[str]]:
@@ -65,7 +86,7 @@ def launch_config(args: argparse.Namespace) -> int:
     """``toolbox train``: compose, validate, run through the configured launcher (waiting for it)."""
     from toolbox.core.registries import LAUNCHERS
 
-    cfg = compose_args(args)
+    cfg = claimed(args, compose_args(args))
     metrics = LAUNCHERS.build(cfg.launcher, "launcher").launch(cfg)
     if metrics is not None:
         print(json.dumps({"run_dir": str(cfg.run_dir), **metrics}))
@@ -84,6 +105,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     try:
         if args.sweep:
             return _sweep(args, cfg, compose, launcher)
+        cfg = claimed(args, cfg)
         if hasattr(launcher, "submit") and not args.wait:
             job = launcher.submit(cfg)
             print(

@@ -21,6 +21,10 @@ class CausalLMLoss(SupervisedObjective):
         completion_only: score only the tokens the batch's ``completion_mask`` marks (the answer,
             not the prompt); when false every non-padding token is scored.
         label_smoothing: mass moved uniformly over the vocabulary (0 = plain cross entropy).
+        vocab_chunk: score this many tokens at a time from the model's last hidden states and its
+            output layer (``toolbox.objectives.chunked_ce``), so the full float32 logits of a large
+            vocabulary never exist; null: the model's logits. Needs a transformers causal LM (a
+            ``.model`` body and a bias-free output layer) and no label smoothing or loss weights.
 
     A batch with ``loss_weights`` (per token, float; the chat dataset's ``last_turn_weight``)
     multiplies each scored token's cross entropy by its weight; the sum is still divided by the
@@ -30,11 +34,19 @@ class CausalLMLoss(SupervisedObjective):
 
     accuracy_name = "token_accuracy"
 
-    def __init__(self, completion_only: bool = True, label_smoothing: float = 0.0) -> None:
+    def __init__(
+        self, completion_only: bool = True, label_smoothing: float = 0.0, vocab_chunk: int | None = None
+    ) -> None:
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError("objective.label_smoothing must be in [0, 1)")
+        if vocab_chunk is not None and (vocab_chunk < 1 or label_smoothing):
+            raise ValueError(
+                f"objective.vocab_chunk={vocab_chunk}: set a positive number of tokens, without "
+                "label_smoothing (or vocab_chunk=null)"
+            )
         self.completion_only = completion_only
         self.label_smoothing = label_smoothing
+        self.vocab_chunk = vocab_chunk
 
     def __call__(self, model: Any, batch: dict[str, Any]) -> LossOutput:
         inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
@@ -52,6 +64,8 @@ class CausalLMLoss(SupervisedObjective):
         scored = mask[:, 1:].bool()
         if padding is not None:
             scored = scored & padding[:, 1:].bool()
+        if self.vocab_chunk is not None:
+            return self._chunked(model, inputs, labels, scored, batch.get("loss_weights"))
         if getattr(model, "accepts_logits_mask", False):
             # a training forward (toolbox.nn.llama_training) that computes only the logits we score
             logits = model(**inputs, logits_mask=F.pad(scored, (0, 1))).logits
@@ -73,6 +87,27 @@ class CausalLMLoss(SupervisedObjective):
         with torch.no_grad():
             acc = (logits.argmax(-1) == targets).float().sum().item()
         return LossOutput(loss_sum, n, {"correct": acc})
+
+    def _chunked(self, model: Any, inputs: dict, labels, scored, weights) -> LossOutput:
+        from toolbox.objectives.chunked_ce import chunked_cross_entropy
+
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if head is None or getattr(head, "bias", None) is not None or not hasattr(model, "model"):
+            raise ValueError(
+                f"objective.vocab_chunk: {type(model).__name__} is no transformers causal LM with a "
+                "bias-free output layer; set objective.vocab_chunk=null."
+            )
+        if weights is not None and not bool((weights[:, 1:][scored] == 1.0).all()):
+            raise ValueError("objective.vocab_chunk does not weight tokens (loss_weights); set it to null.")
+        hidden = model.model(**inputs).last_hidden_state[:, :-1][scored]
+        targets = labels[scored]
+        loss_sum = chunked_cross_entropy(hidden, head.weight, targets, self.vocab_chunk)
+        with torch.no_grad():
+            correct = sum(
+                ((h @ head.weight.T).argmax(-1) == t).sum().item()
+                for h, t in zip(hidden.split(self.vocab_chunk), targets.split(self.vocab_chunk), strict=True)
+            )
+        return LossOutput(loss_sum, int(targets.numel()), {"correct": float(correct)})
 
 
 @OBJECTIVES.register("classification")

@@ -43,14 +43,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = check(metrics, expect, where=f"runs.{args.run}.expect" if args.run else "expect")
     table = markdown_table(rows, run=args.run)
     passed = all(r.passed for r in rows)
+    record = {"run": args.run, "eval": str(path), "passed": passed, "rows": [r.as_dict() for r in rows]}
     if not passed:
         failed = ", ".join(r.metric for r in rows if not r.passed)
+        stale = mark_published(Path(args.published), record) if args.published else None
+        note = f"\n{stale} now says passed: false (it held an earlier run's pass)" if stale else ""
         print(
-            f"error: run {args.run or path} does not reach what it declares ({failed}):\n{table}",
+            f"error: run {args.run or path} does not reach what it declares ({failed}):\n{table}{note}",
             file=sys.stderr,
         )
         return 1
-    record = {"run": args.run, "eval": str(path), "passed": True, "rows": [r.as_dict() for r in rows]}
     if args.html:
         from toolbox.results.report import check_page
 
@@ -59,6 +61,23 @@ def cmd_check(args: argparse.Namespace) -> int:
         atomic_write_text(Path(args.out), json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(table if rows else f"run {args.run or path}: no expectations declared\n", end="")
     return 0
+
+
+def mark_published(folder: Path, record: dict) -> Path | None:
+    """After a failed check: the run's published check.json (``results/<run>/check.json``, from an
+    earlier run that passed), if there is one, is replaced by the failing record, so that the
+    published folder never shows a stale pass. Returns the file replaced, or None."""
+    from toolbox.core.atomic import atomic_write_text
+
+    published = folder / "check.json"
+    if not published.is_file():
+        return None
+    stale = {
+        **record,
+        "note": "the latest check of this run failed; the rest of this folder is from an earlier run",
+    }
+    atomic_write_text(published, json.dumps(stale, indent=2, sort_keys=True) + "\n")
+    return published
 
 
 def parse_expect(text: str) -> dict:
@@ -96,6 +115,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         expect_run=args.expect_run,
         expect=parse_expect(args.expect) if args.expect else None,
         metrics=[m for m in (args.metrics or "").split(",") if m],
+        folders=[Path(f) for f in args.folders],
     ):
         print(path)
     return 0
@@ -183,9 +203,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", help="the run's name (for the messages and the table)")
     p.add_argument("--out", help="write the checked rows as JSON here when every expectation holds")
     p.add_argument("--html", help="and the table (with every eval metric) as an HTML page here")
+    p.add_argument(
+        "--published",
+        help="the run's published folder (results/<run>/): when the check fails, its check.json says "
+        "passed: false instead of an earlier pass",
+    )
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("report", help="result tables (Markdown, HTML) generated from the runs' eval JSON")
+    p.add_argument(
+        "folders", nargs="*", metavar="RUN_DIR",
+        help="run folders holding an eval.json (any run, `toolbox train`'s too); default: config's runs",
+    )  # fmt: skip
     p.add_argument("--config", default="config/config.yaml", help="the workflow's runs and their expect:")
     p.add_argument("--root", default=".", help="the folder holding results/<run>/ (default: here)")
     p.add_argument(

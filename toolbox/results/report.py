@@ -92,10 +92,11 @@ def runs_table(config: Path, root: Path) -> Table:
         ["run", "metric", "before", "got", "expected", "holds", "source"],
         note="before: the model the run starts from (init_from), scored by the same evaluator on the same split.",
     )
+    waiting = []
     for run, entry in runs.items():
         path = eval_json(root, run)
         if path is None:
-            table.rows.append([run, "–", "–", "not run yet", "–", "–", "–"])
+            waiting.append(run)
             continue
         metrics = json.loads(path.read_text())
         source = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
@@ -104,6 +105,28 @@ def runs_table(config: Path, root: Path) -> Table:
             metrics |= {k: v for k, v in flat(json.loads(agent.read_text())).items() if k not in metrics}
             source += " + agent_eval.json"
         table.rows += [[*r, source] for r in run_rows(run, metrics, entry.get("expect"))]
+    if waiting:  # one line, not a row each: a fresh clone has run nothing yet
+        table.note += f" Not run yet ({len(waiting)}): {', '.join(waiting)}."
+    return table
+
+
+def folders_table(folders: Sequence[Path], config: Path) -> Table:
+    """The runs in ``folders`` (any run folder holding an eval.json: ``toolbox train``'s as well as
+    the workflow's), checked against ``config``'s ``expect:`` where a run of that name declares one."""
+    import yaml
+
+    runs = (yaml.safe_load(config.read_text()) or {}).get("runs") or {} if config.is_file() else {}
+    table = Table("Runs", ["run", "metric", "before", "got", "expected", "holds", "source"])
+    for folder in folders:
+        path = folder / "eval.json" if folder.is_dir() else folder
+        if not path.is_file():
+            raise DataError(f"{folder}: no eval.json there; evaluate it first (toolbox eval --run {folder}).")
+        metrics = flat(json.loads(path.read_text()))
+        if not any(k.startswith("eval/") for k in metrics):  # toolbox eval --run writes bare names
+            metrics = {(k if "/" in k else f"eval/{k}"): v for k, v in metrics.items()}
+        name = path.parent.name
+        expect = (runs.get(name) or {}).get("expect")
+        table.rows += [[*r, str(path)] for r in run_rows(name, metrics, expect)]
     return table
 
 
@@ -234,8 +257,10 @@ def write_report(
     expect_run: str | None = None,
     metrics: Sequence[str] = (),
     expect: dict | None = None,
+    folders: Sequence[Path] = (),
 ) -> list[Path]:
-    """Build the tables (the matrices given, else the runs of ``config``) and write them; a matrix
+    """Build the tables (the matrices given, else the run ``folders`` given, else the runs of
+    ``config``) and write them; a matrix
     is checked against ``expect``, or with ``expect_run`` against that run's ``expect:`` in
     ``config``, else against the expectation each point recorded (its run.json)."""
     if expect is not None and expect_run:
@@ -247,11 +272,12 @@ def write_report(
         if expect_run not in runs:
             raise ConfigError(f"--expect-run: no run '{expect_run}' in {config} (runs: {', '.join(runs)}).")
         expect = runs[expect_run].get("expect")
-    tables = (
-        [t for folder in matrix for t in matrix_tables(folder, expect, metrics)]
-        if matrix
-        else [runs_table(config, root)]
-    )
+    if matrix:
+        tables = [t for folder in matrix for t in matrix_tables(folder, expect, metrics)]
+    elif folders:
+        tables = [folders_table(folders, config)]
+    else:
+        tables = [runs_table(config, root)]
     text = "\n".join(t.markdown() for t in tables)
     written = []
     if md:

@@ -103,22 +103,74 @@ class TextRollout:
                 row_prompts.append(prompts[i] if prompts is not None else None)
                 for k, values in (fields or {}).items():
                     out_fields[k].append(values[i])
+        rows = {"prompts": row_prompts, "completions": texts, "finish_reasons": reasons, "fields": out_fields}
+        return cls.from_rows(
+            prompt_rows, completion_rows, rows, samp, None, pad_token_id, n, mask_truncated, device
+        )
+
+    @classmethod
+    def from_episodes(
+        cls,
+        episodes: Sequence[Any],
+        num_generations: int,
+        fields: dict[str, Sequence[Any]] | None = None,
+        pad_token_id: int = 0,
+        mask_truncated: bool = False,
+        device: torch.device | str = "cpu",
+    ) -> TextRollout:
+        """From multi-turn episodes (``toolbox.rl.episodes.Episode``, a group's G together): the
+        opening prompt is the prompt, everything after it (the model's replies and the environment's
+        messages) the completion, whose mask is 1 on the model's own tokens only. ``fields`` are
+        per-task values, repeated per episode. A one-turn episode gives the row ``from_outputs``
+        gives its completion, bit for bit."""
+        rows = {
+            "prompts": [e.messages[: e.opening] for e in episodes],
+            "completions": [e.completion_text for e in episodes],
+            "finish_reasons": [e.finish_reason for e in episodes],
+            "fields": {k: [v[e.group] for e in episodes] for k, v in (fields or {}).items()},
+        }
+        return cls.from_rows(
+            [e.prompt_ids for e in episodes], [e.ids for e in episodes], rows,
+            [e.logprobs for e in episodes], [e.mask for e in episodes], pad_token_id,
+            num_generations, mask_truncated, device,
+        )  # fmt: skip
+
+    @classmethod
+    def from_rows(
+        cls,
+        prompt_rows: Sequence[Sequence[int]],
+        completion_rows: Sequence[Sequence[int]],
+        rows: dict[str, Any],
+        samp: Sequence[Sequence[float] | None],
+        masks: Sequence[Sequence[int]] | None,
+        pad_token_id: int,
+        num_generations: int,
+        mask_truncated: bool,
+        device: torch.device | str,
+    ) -> TextRollout:
+        """The padded tensors of per-row token lists (``masks``: per-token loss masks, else all 1);
+        ``rows``: the per-row ``prompts``, ``completions``, ``finish_reasons`` and ``fields``."""
+        reasons = rows["finish_reasons"]
         p_len = max(len(p) for p in prompt_rows)
         c_len = max(1, max(len(c) for c in completion_rows))
-        rows = len(prompt_rows)
-        prompt_ids = torch.full((rows, p_len), pad_token_id, dtype=torch.long)
-        prompt_mask = torch.zeros((rows, p_len), dtype=torch.long)
-        completion_ids = torch.full((rows, c_len), pad_token_id, dtype=torch.long)
-        completion_mask = torch.zeros((rows, c_len), dtype=torch.long)
-        lengths = torch.zeros(rows, dtype=torch.long)
+        n_rows = len(prompt_rows)
+        prompt_ids = torch.full((n_rows, p_len), pad_token_id, dtype=torch.long)
+        prompt_mask = torch.zeros((n_rows, p_len), dtype=torch.long)
+        completion_ids = torch.full((n_rows, c_len), pad_token_id, dtype=torch.long)
+        completion_mask = torch.zeros((n_rows, c_len), dtype=torch.long)
+        lengths = torch.zeros(n_rows, dtype=torch.long)
         have_logps = all(s is not None for s in samp)
-        sampling = torch.zeros((rows, c_len)) if have_logps else None
+        sampling = torch.zeros((n_rows, c_len)) if have_logps else None
         for r, (p, c) in enumerate(zip(prompt_rows, completion_rows, strict=True)):
             prompt_ids[r, p_len - len(p) :] = torch.as_tensor(p, dtype=torch.long)
             prompt_mask[r, p_len - len(p) :] = 1
             if c:
                 completion_ids[r, : len(c)] = torch.as_tensor(c, dtype=torch.long)
-                completion_mask[r, : len(c)] = 0 if (mask_truncated and reasons[r] == "length") else 1
+                keep = 0 if (mask_truncated and reasons[r] == "length") else 1
+                if masks is None:
+                    completion_mask[r, : len(c)] = keep
+                else:
+                    completion_mask[r, : len(c)] = torch.as_tensor(masks[r], dtype=torch.long) * keep
             lengths[r] = len(c)
             if sampling is not None and c:
                 sampling[r, : len(c)] = torch.as_tensor(samp[r][: len(c)], dtype=torch.float32)
@@ -127,11 +179,11 @@ class TextRollout:
             prompt_mask=prompt_mask.to(device),
             completion_ids=completion_ids.to(device),
             completion_mask=completion_mask.to(device),
-            num_generations=n,
-            prompts=row_prompts,
-            completions=texts,
-            finish_reasons=reasons,
-            fields=out_fields,
+            num_generations=num_generations,
+            prompts=list(rows["prompts"]),
+            completions=list(rows["completions"]),
+            finish_reasons=list(reasons),
+            fields=rows["fields"],
             sampling_logprobs=None if sampling is None else sampling.to(device),
         )
         rollout._lengths = lengths.to(device)

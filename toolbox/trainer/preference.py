@@ -40,6 +40,7 @@ from toolbox.core.errors import ConfigError
 from toolbox.core.registries import TRAINERS
 from toolbox.core.registry import registered_name
 from toolbox.data.collators.preference import PreferenceCollator
+from toolbox.data.collators.preference_packed import PackedPreferenceCollator
 from toolbox.data.collators.unpaired_preference import UnpairedPreferenceCollator
 from toolbox.data.loader import BatchLoader
 from toolbox.nn.adapters import AdapterDisabledReference
@@ -109,7 +110,8 @@ class PreferenceTrainer(BaseTrainer):
             max_grad_norm=max_grad_norm,
             activation_checkpointing=activation_checkpointing,
         )
-        if not isinstance(parts.collator, PreferenceCollator | UnpairedPreferenceCollator):
+        pairs = PreferenceCollator | PackedPreferenceCollator
+        if not isinstance(parts.collator, pairs | UnpairedPreferenceCollator):
             name = registered_name(parts.collator)
             raise ConfigError(
                 f"data.collator: '{name}' cannot batch preference pairs; the preference trainer needs "
@@ -122,6 +124,11 @@ class PreferenceTrainer(BaseTrainer):
         self.collator = parts.collator
         self.mismatched = self.objective.needs_kl_pairs  # KTO: batches carry the mismatched rows
         self.uses_scores = self.objective.inputs == "scores"
+        if isinstance(parts.collator, PackedPreferenceCollator) and (self.uses_scores or self.mismatched):
+            raise ConfigError(
+                "data.collator.name=preference_packed packs the log-prob objectives' pairs only (not a "
+                "reward model's scores, nor KTO's mismatched rows); use data.collator.name=preference."
+            )
         self.needs_reference = self.objective.needs_reference and not self.uses_scores
         self.grad_accum_steps = grad_accum_steps
         self.precompute_ref_logprobs = precompute_ref_logprobs
@@ -308,7 +315,7 @@ class PreferenceTrainer(BaseTrainer):
             self.backward(out.loss_sum)
             loss_total += out.loss_sum.item()
             items += out.num_items
-            tokens += int(batch["attention_mask"].sum())
+            tokens += int(batch.get("num_tokens", batch["attention_mask"].sum()))  # packed: no 2D mask
             micro.append(out.metrics)
             for k, v in out.metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / self.grad_accum_steps

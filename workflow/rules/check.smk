@@ -1,19 +1,32 @@
-# Check: the run's declared expectations (expect: in config/config.yaml) against its eval.json;
-# the job fails with a table of expected vs got, and publish (results/<run>/) waits for it.
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
+# Check: the run's declared expectations (expect: in config/config.yaml) against its eval.json; a
+# failing job prints the table of expected vs got, marks the published results/<run>/check.json as
+# failed, and publish waits for it.
 
 
 rule check:
     input:
-        **stage_input("check"),
+        eval=after_compose("work/{run}/eval.json"),
+        extra=run_inputs("agent_eval"),
     output:
-        **stage_output("check"),
+        check="work/{run}/check.json",
+        table=report(
+            "work/{run}/check.html",
+            caption="../report/evaluation.rst",
+            category="evaluation",
+            subcategory="{run}",
+            labels={"run": "{run}", "stage": "check"},
+        ),
     log:
-        stage_log("check"),
+        "work/{run}/logs/check.log",
     benchmark:
-        stage_benchmark("check")
+        "work/{run}/benchmarks/check.tsv"
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=stage_cmd("check"),
+        check_extra=run_value("check_extra"),
+        expect=run_value("expect"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( toolbox check --eval work/{wildcards.run}/eval.json{params.check_extra} --expect {params.expect} --run {wildcards.run} --out {output.check} --html {output.table} --published results/{wildcards.run} ) > {log} 2>&1 || {{ cat {log} >&2; exit 1; }}"

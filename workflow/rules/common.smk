@@ -1,5 +1,7 @@
-"""Shared by every rule: the config (validated), the stage definitions, and the helpers that turn a
-stage of workflow/stages.py into a rule's input, output, params, log and benchmark."""
+"""Shared by every rule: the config (validated against workflow/schemas/config.schema.yaml), the
+runs, and the helpers the generated rule files (workflow/rules/*.smk, from workflow/stages.py) name
+for what depends on a run's entry: after_compose, run_inputs, run_value, train_resource.
+"""
 
 import copy
 import sys
@@ -7,9 +9,13 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
+from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-import stages  # noqa: E402  (workflow/stages.py: the single definition of every stage)
+import dvc_yaml  # noqa: E402  (the modules of workflow/: the stages, the runs, dvc.yaml)
+import run_config  # noqa: E402
+import runs  # noqa: E402
+import stages  # noqa: E402
 
 
 configfile: "config/config.yaml"
@@ -19,7 +25,11 @@ CONFIG_NAME = (
     ", ".join(str(f) for f in getattr(workflow, "configfiles", []))
     or "config/config.yaml"
 )
-errors = stages.config_errors(config)
+try:
+    validate(config, "../schemas/config.schema.yaml", set_default=False)
+    errors = run_config.run_errors(config)
+except WorkflowError:
+    errors = run_config.schema_errors(config)  # every violation, each naming its key
 if errors:
     raise WorkflowError(
         f"{CONFIG_NAME} is not valid:\n" + "\n".join(f"  {e}" for e in errors)
@@ -29,7 +39,7 @@ TABLES = copy.deepcopy(
     config.get("tables") or {}
 )  # name -> table of config/config.yaml
 RUNS = {
-    run: {**e, "overrides": e.get("overrides") or [], "resources": stages.resources(e)}
+    run: {**e, "overrides": e.get("overrides") or [], "resources": runs.resources(e)}
     for run, e in config["runs"].items()
 }
 RUN_PATTERN = "[A-Za-z0-9][A-Za-z0-9_-]*"
@@ -42,66 +52,21 @@ wildcard_constraints:
 def entry(run):
     """The run's entry; an unknown run fails with the list of runs in the config."""
     try:
-        return stages.run_entry(RUNS, run)
+        return runs.run_entry(RUNS, run)
     except KeyError as e:
         raise WorkflowError(e.args[0]) from None
 
 
-def _snakemake_path(path):
-    """A dep as Snakemake sees it. A side product (snakemake=False, e.g. metrics.jsonl) is reached
-    through its stage's first declared output (train's model/, written last); a folder of the
-    source tree is expanded into its files, whose contents Snakemake then checksums."""
-    if path in stages.PRODUCER:
-        producer, out = stages.PRODUCER[path]
-        if not out.snakemake:
-            return next(o.path for o in producer.outs.values() if o.snakemake)
-        return path
-    if Path(path).is_dir():
-        return sorted(str(p) for p in Path(path).rglob("*") if p.is_file())
-    return path
+def files_under(folder):
+    """A folder of the source tree as its files, whose contents Snakemake then checksums."""
+    return sorted(str(p) for p in Path(folder).rglob("*") if p.is_file())
 
 
-def stage_input(name):
-    """The rule's input: the stage's deps, {run} left as the wildcard. A dep made by the compose
-    checkpoint is an input function that resolves it through the checkpoint, so that Snakemake
-    re-evaluates this job once compose has run (and skips it if its slice did not change); it also
-    rejects an unknown run with the list of runs (compose's params do the same for publish).
-    """
-    stage = stages.BY_NAME[name]
-    from_compose = [
-        k
-        for k, p in stage.deps.items()
-        if stages.PRODUCER.get(p, (None,))[0] is stages.BY_NAME["compose"]
-    ]
-    if name == "publish":
-        # the target's rule reads compose's output directly (a plain dependency), so that a dry
-        # run lists every stage, and a removed compose output is rebuilt when publish reruns
-        from_compose = []
-    elif stage.per_run and name != "compose" and not from_compose:
-        # a stage that reads no slice (plot) still waits for compose with its first dep, or it
-        # would keep a rerun that compose's re-evaluation withdrew from its upstream stages
-        from_compose = [next(iter(stage.deps))]
-    result = {}
-    for key, path in stage.deps.items():
-        path = _snakemake_path(path)
-        result[key] = _through_checkpoint(path) if key in from_compose else path
-    if name in stages.INIT_STAGES or name in ("data", "agent", "check", "publish"):
-        result["extra"] = _extra_deps(stage)
-    return result
+def after_compose(path):
+    """An input read through the compose checkpoint: Snakemake re-evaluates the job once compose
+    has run (and skips it if its slice did not change). It also rejects an unknown run with the
+    list of runs."""
 
-
-def _extra_deps(stage):
-    """The stage's inputs for this run only (stages.extra_deps): the model of init_from, the
-    traces dataset of data_from_traces, the agent script, the agent's evaluation (check, publish).
-    """
-
-    def resolve(wildcards):
-        return stages.extra_deps(stage, wildcards.run, entry(wildcards.run))
-
-    return resolve
-
-
-def _through_checkpoint(path):
     def resolve(wildcards):
         entry(wildcards.run)
         checkpoints.compose.get(run=wildcards.run)
@@ -110,43 +75,23 @@ def _through_checkpoint(path):
     return resolve
 
 
-def stage_output(name):
-    """The stage's declared outputs with the {run} wildcard (directory() for folders); an output
-    with a report category goes into `snakemake --report` under it, per run."""
-    stage = stages.BY_NAME[name]
-    outputs = {}
-    for k, o in stage.outs.items():
-        if not o.snakemake:
-            continue
-        path = directory(o.path) if o.directory else o.path
-        if o.report:
-            caption = Path(workflow.basedir) / "workflow" / "report" / f"{o.report}.rst"
-            path = report(
-                path,
-                caption=str(caption),
-                category=o.report,
-                subcategory="{run}",
-                patterns=["{name}.png"] if o.directory else [],
-                labels={"run": "{run}", "stage": name},
-            )
-        outputs[k] = path
-    return outputs
+def run_inputs(*kinds):
+    """The inputs of this run only (stages.RUN_INPUTS): the model of init_from, the dataset of
+    data_from_traces, the agent's script, the agent's evaluation; none where the run has none.
+    """
+    return lambda wildcards: [
+        p
+        for kind in kinds
+        if (p := runs.run_input(kind, wildcards.run, entry(wildcards.run)))
+    ]
 
 
-def stage_cmd(name):
-    """params.cmd: the stage's command for this run (a change of it, e.g. of an override, reruns the rule)."""
-    stage = stages.BY_NAME[name]
-    if not stage.per_run:
-        return stages.command(stage, None, None)
-    return lambda wildcards: stages.command(stage, wildcards.run, entry(wildcards.run))
-
-
-def stage_log(name):
-    return stages.BY_NAME[name].log()
-
-
-def stage_benchmark(name):
-    return stages.BY_NAME[name].benchmark()
+def run_value(name):
+    """A value of the run's entry in the command (its overrides, its expect:, ...); a change of it
+    reruns the rule."""
+    return lambda wildcards: runs.entry_values(wildcards.run, entry(wildcards.run))[
+        name
+    ]
 
 
 def train_resource(key):
@@ -158,11 +103,13 @@ def train_resource(key):
 
 def check_dvc_yaml():
     """Warn when dvc.yaml does not describe the runs of this config (it is generated from it)."""
-    dvc = Path(workflow.basedir) / stages.DVC_FILE
-    if dvc.is_file() and not stages.dvc_yaml_is_current(dvc, RAW_RUNS, TABLES or None):
+    dvc = Path(workflow.basedir) / dvc_yaml.DVC_FILE
+    if dvc.is_file() and not dvc_yaml.dvc_yaml_is_current(
+        dvc, RAW_RUNS, TABLES or None
+    ):
         logger.warning(
             f"dvc.yaml does not describe the runs of {CONFIG_NAME}: regenerate it with "
-            "`python workflow/stages.py dvc` (Snakemake itself does not read dvc.yaml)."
+            "`python workflow/generate.py` (Snakemake itself does not read dvc.yaml)."
         )
 
 

@@ -1,37 +1,45 @@
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
 # Compose: the toolbox defaults once, then per run the composed config and its per-stage slices.
-# compose is a checkpoint: after it reruns, Snakemake re-evaluates the stages that read a slice,
-# and only those whose slice changed run (workflow/scripts/slice_config.py).
 
 
 rule defaults:
     input:
-        **stage_input("defaults"),
+        tree=files_under("toolbox/configs"),
     output:
-        **stage_output("defaults"),
+        config="work/_defaults/config.yaml",
     log:
-        stage_log("defaults"),
+        "work/_defaults/logs/defaults.log",
     benchmark:
-        stage_benchmark("defaults")
+        "work/_defaults/benchmarks/defaults.tsv"
     conda:
         "../envs/toolbox.yaml"
-    params:
-        cmd=stage_cmd("defaults"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( toolbox compose --out {output.config} ) > {log} 2>&1"
+
+
+# compose is a checkpoint: after it reruns, Snakemake re-evaluates the stages that read a slice, and
+# only those whose slice changed run (workflow/scripts/slice_config.py).
 
 
 checkpoint compose:
     input:
-        **stage_input("compose"),
+        defaults="work/_defaults/config.yaml",
+        tree=files_under("toolbox/configs"),
+        slicer="workflow/scripts/slice_config.py",
     output:
-        **stage_output("compose"),
+        full="work/{run}/config/full.yaml",
+        data="work/{run}/config/data.yaml",
+        train="work/{run}/config/train.yaml",
+        eval="work/{run}/config/eval.yaml",
     log:
-        stage_log("compose"),
+        "work/{run}/logs/compose.log",
     benchmark:
-        stage_benchmark("compose")
+        "work/{run}/benchmarks/compose.tsv"
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=stage_cmd("compose"),
+        overrides=run_value("overrides"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( toolbox compose {params.overrides} --out {output.full} && python {input.slicer} {output.full} --defaults {input.defaults} --out-dir work/{wildcards.run}/config ) > {log} 2>&1"

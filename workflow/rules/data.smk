@@ -1,18 +1,20 @@
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
 # Data: records + tokenizer of the run, from its data slice (seed, data, tokenizer).
 
 
 rule data:
     input:
-        **stage_input("data"),
+        config=after_compose("work/{run}/config/data.yaml"),
+        extra=run_inputs("init_model", "traces_data"),
     output:
-        **stage_output("data"),
+        data=directory("work/{run}/data"),
     log:
-        stage_log("data"),
+        "work/{run}/logs/data.log",
     benchmark:
-        stage_benchmark("data")
+        "work/{run}/benchmarks/data.tsv"
     conda:
         "../envs/toolbox.yaml"
-    params:
-        cmd=stage_cmd("data"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( toolbox data --config work/{wildcards.run}/config/data.yaml --out {output.data} ) > {log} 2>&1"

@@ -1,19 +1,25 @@
-# Eval: eval.json of the trained model, from the run's eval slice (an eval-only change reruns
-# only this rule and publish).
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
+# Eval: eval.json of the trained model, from the run's eval slice (an eval-only change reruns only
+# this rule and publish).
 
 
 rule eval:
     input:
-        **stage_input("eval"),
+        config=after_compose("work/{run}/config/eval.yaml"),
+        data="work/{run}/data",
+        model="work/{run}/train/model",
+        extra=run_inputs("init_model"),
     output:
-        **stage_output("eval"),
+        eval="work/{run}/eval.json",
     log:
-        stage_log("eval"),
+        "work/{run}/logs/eval.log",
     benchmark:
-        stage_benchmark("eval")
+        "work/{run}/benchmarks/eval.tsv"
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=stage_cmd("eval"),
+        before=run_value("before"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( toolbox eval --config work/{wildcards.run}/config/eval.yaml --data {input.data} --model {input.model}{params.before} --out {output.eval} ) > {log} 2>&1"

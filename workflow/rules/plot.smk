@@ -1,18 +1,26 @@
-# Plot: PNG curves of the run's metrics.jsonl (reached through train's model/, see common.smk).
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
+# Plot: PNG curves of the run's metrics.jsonl (reached through train's model/).
 
 
 rule plot:
     input:
-        **stage_input("plot"),
+        metrics=after_compose("work/{run}/train/model"),  # metrics.jsonl is written beside it (not declared: see train)
     output:
-        **stage_output("plot"),
+        plots=report(
+            directory("work/{run}/plots"),
+            caption="../report/curves.rst",
+            category="curves",
+            subcategory="{run}",
+            patterns=["{name}.png"],
+            labels={"run": "{run}", "stage": "plot"},
+        ),
     log:
-        stage_log("plot"),
+        "work/{run}/logs/plot.log",
     benchmark:
-        stage_benchmark("plot")
+        "work/{run}/benchmarks/plot.tsv"
     conda:
         "../envs/toolbox.yaml"
-    params:
-        cmd=stage_cmd("plot"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( toolbox plot work/{wildcards.run}/train --out {output.plots} ) > {log} 2>&1"

@@ -1,25 +1,30 @@
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
 # Publish: results/<run>/ (a directory() target, so `snakemake results/<run>/` builds the run).
 # Nothing else writes inside results/<run>/ (Snakemake's ChildIOException); large files are links.
-# Stages added later (traces -> dataset, serve + bench) publish through this rule's inputs.
 
 
 rule publish:
     input:
-        **stage_input("publish"),
+        config="work/{run}/config/full.yaml",
+        model="work/{run}/train/model",
+        eval="work/{run}/eval.json",
+        check="work/{run}/check.json",
+        metrics="work/{run}/train/model",  # metrics.jsonl is written beside it (not declared: see train)
+        plots="work/{run}/plots",
+        publisher="workflow/scripts/publish.py",
+        extra=run_inputs("agent_eval"),
     output:
-        **stage_output("publish"),
+        results=directory("results/{run}"),
     log:
-        stage_log("publish"),
+        "work/{run}/logs/publish.log",
     benchmark:
-        stage_benchmark("publish")
+        "work/{run}/benchmarks/publish.tsv"
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=stage_cmd("publish"),
-        # the run's overrides: if compose failed after a change (Snakemake then deletes its
-        # outputs and would forget the change), publish still sees it and asks for compose again
-        run_overrides=lambda wildcards: " ".join(
-            stages.overrides(wildcards.run, entry(wildcards.run))
-        ),
+        publish_extra=run_value("publish_extra"),
+        run_overrides=run_value("overrides"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( python {input.publisher} --config {input.config} --model {input.model} --eval {input.eval} --check {input.check} --metrics work/{wildcards.run}/train/metrics.jsonl --plots {input.plots}{params.publish_extra} --out {output.results} ) > {log} 2>&1"

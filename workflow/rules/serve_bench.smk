@@ -1,19 +1,21 @@
-# Serve-bench: serve the trained model on a free loopback port, benchmark it with
-# `toolbox bench serve`, stop the server by PID; bench.json (workflow/scripts/serve_bench.py).
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
+# Serve-bench: serve the trained model on a free loopback port, benchmark it with `toolbox bench
+# serve`, stop the server by PID; bench.json (workflow/scripts/serve_bench.py).
 
 
 rule serve_bench:
     input:
-        **stage_input("serve_bench"),
+        model=after_compose("work/{run}/train/model"),
+        script="workflow/scripts/serve_bench.py",
     output:
-        **stage_output("serve_bench"),
+        bench="work/{run}/bench.json",
     log:
-        stage_log("serve_bench"),
+        "work/{run}/logs/serve_bench.log",
     benchmark:
-        stage_benchmark("serve_bench")
+        "work/{run}/benchmarks/serve_bench.tsv"
     conda:
         "../envs/toolbox.yaml"
-    params:
-        cmd=stage_cmd("serve_bench"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( python {input.script} --model work/{wildcards.run}/train/model --out {output.bench} ) > {log} 2>&1"

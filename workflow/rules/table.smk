@@ -1,19 +1,21 @@
 # Table: the mean ± std of one eval metric over each row's runs (seeds) beside its reference, for
-# each table of config/config.yaml (results/tables/<table>.md and .json, by `toolbox table`).
+# each table of config/config.yaml (results/tables/<table>.md and .json, by `toolbox table`;
+# workflow/result_tables.py). Its inputs are the eval.json of the table's runs.
+import result_tables  # noqa: E402
 
 
 rule table:
     input:
-        lambda wildcards: stages.table_deps(TABLES[wildcards.table], RUNS),
+        lambda wildcards: result_tables.table_deps(TABLES[wildcards.table], RUNS),
     output:
-        md=stages.TABLE_PATHS["md"],
-        json=stages.TABLE_PATHS["json"],
+        md="results/tables/{table}.md",
+        json="results/tables/{table}.json",
     log:
-        stages.TABLE_LOG,
+        "work/_tables/logs/{table}.log",
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=lambda wildcards: stages.table_command(
+        cmd=lambda wildcards: result_tables.table_command(
             wildcards.table, TABLES[wildcards.table], RUNS
         ),
     shell:

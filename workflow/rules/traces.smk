@@ -1,39 +1,48 @@
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
 # Agent run -> traces -> dataset, for runs with `agent:` in config/config.yaml. The agent rule runs
 # the run's trained model as an agent (its script), recording every model and tool call into
-# work/<run>/traces.sqlite and its held-out scores into agent_eval.json; the traces rule turns the
-# traces into a datasets folder (`toolbox traces to-dataset`), which a run with
-# `data_from_traces: <run>` trains on.
+# work/<run>/traces.sqlite and its held-out scores into agent_eval.json.
 
 
 rule agent:
     input:
-        **stage_input("agent"),
+        model=after_compose("work/{run}/train/model"),
+        extra=run_inputs("agent_script", "init_model"),
     output:
-        **stage_output("agent"),
+        traces="work/{run}/traces.sqlite",
+        eval="work/{run}/agent_eval.json",
     log:
-        stage_log("agent"),
+        "work/{run}/logs/agent.log",
     benchmark:
-        stage_benchmark("agent")
+        "work/{run}/benchmarks/agent.tsv"
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=stage_cmd("agent"),
+        agent_script=run_value("agent_script"),
+        agent_before=run_value("agent_before"),
+        agent_args=run_value("agent_args"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( python {params.agent_script} --model work/{wildcards.run}/train/model --traces {output.traces} --eval {output.eval}{params.agent_before} {params.agent_args} ) > {log} 2>&1"
+
+
+# The traces rule turns the traces into a datasets folder (`toolbox traces to-dataset`), which a run
+# with `data_from_traces: <run>` trains on.
 
 
 rule traces:
     input:
-        **stage_input("traces"),
+        traces=after_compose("work/{run}/traces.sqlite"),
     output:
-        **stage_output("traces"),
+        data=directory("work/{run}/traces_data"),
     log:
-        stage_log("traces"),
+        "work/{run}/logs/traces.log",
     benchmark:
-        stage_benchmark("traces")
+        "work/{run}/benchmarks/traces.tsv"
     conda:
         "../envs/toolbox.yaml"
     params:
-        cmd=stage_cmd("traces"),
+        to_dataset_args=run_value("to_dataset_args"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( toolbox traces to-dataset work/{wildcards.run}/traces.sqlite --out {output.data} --no-progress {params.to_dataset_args} ) > {log} 2>&1"

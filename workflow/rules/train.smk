@@ -1,22 +1,27 @@
-# Train: the run's model. Its resources come from the run's entry in config/config.yaml
-# (resources: cpus, mem_mb, runtime, gpu, gpu_model, nodes, slurm_partition); --profile slurm turns
-# them into the SLURM job's request. An interrupted job resumes from work/<run>/train/checkpoints
+# GENERATED from workflow/stages.py by workflow/generate.py -- do not edit by hand.
+# Regenerate after changing a stage:  python workflow/generate.py
+
+# Train: the run's model. Its resources come from the run's entry in config/config.yaml (resources:
+# cpus, mem_mb, runtime, gpu, gpu_model, nodes, slurm_partition); --profile slurm turns them into
+# the SLURM job's request. An interrupted job resumes from work/<run>/train/checkpoints
 # (resume_from=auto); only model/, written last, tells Snakemake that training finished.
-#
-# Distributed runs need nothing here: `toolbox train` starts through the run's configured launcher
-# (e.g. overrides strategy=ddp launcher=torchrun launcher.nproc=2 run torchrun inside this job).
-# A run with init_from waits for the other run's model (workflow/stages.py: INIT_STAGES).
+# metrics.jsonl is not declared to Snakemake (a failed job's outputs are deleted, and a resumed job
+# continues the same file): later rules reach it through model/. Distributed runs need nothing here:
+# `toolbox train` starts through the run's configured launcher (e.g. strategy=ddp launcher=torchrun
+# launcher.nproc=2).
 
 
 rule train:
     input:
-        **stage_input("train"),
+        config=after_compose("work/{run}/config/train.yaml"),
+        data="work/{run}/data",
+        extra=run_inputs("init_model"),
     output:
-        **stage_output("train"),
+        model=directory("work/{run}/train/model"),
     log:
-        stage_log("train"),
+        "work/{run}/logs/train.log",
     benchmark:
-        stage_benchmark("train")
+        "work/{run}/benchmarks/train.tsv"
     conda:
         "../envs/toolbox.yaml"
     threads: lambda wildcards: entry(wildcards.run)["resources"]["cpus"]
@@ -29,7 +34,5 @@ rule train:
         nodes=train_resource("nodes"),
         tasks=train_resource("nodes"),  # one task per node: with --ntasks=1 SLURM shrinks --nodes to 1
         slurm_partition=train_resource("slurm_partition"),
-    params:
-        cmd=stage_cmd("train"),
     shell:
-        "( {params.cmd} ) > {log} 2>&1"
+        "( mkdir -p work/{wildcards.run}/train && python workflow/scripts/resume_key.py work/{wildcards.run}/config/train.yaml {input.data} > work/{wildcards.run}/train/checkpoints.config.yaml.new && {{ cmp -s work/{wildcards.run}/train/checkpoints.config.yaml.new work/{wildcards.run}/train/checkpoints.config.yaml || rm -rf work/{wildcards.run}/train/checkpoints; }} && mv work/{wildcards.run}/train/checkpoints.config.yaml.new work/{wildcards.run}/train/checkpoints.config.yaml && toolbox train --config work/{wildcards.run}/config/train.yaml --data {input.data} --out work/{wildcards.run}/train resume_from=auto ) > {log} 2>&1"

@@ -15,6 +15,8 @@ them (the chat dataset's ``last_turn_weight``), ``loss_weights`` (float per toke
 
 - ``preference``: ``preference`` examples (prompt_ids, chosen_ids, rejected_ids), chosen rows then
   rejected rows in one right-padded batch, for the preference trainer's single forward.
+- ``preference_packed``: the same sequences packed without padding (``packing``'s keys plus
+  ``segments``, each token's sequence), for the paired preference objectives.
 - ``unpaired_preference``: ``unpaired_preference`` examples (prompt_ids, completion_ids, label), one
   row each, then (for KTO) the mismatched rows prompt i + completion i-1, with ``label`` a bool tensor.
 - ``graph``: PyG graphs (``graphs`` examples) into one disjoint graph's tensors (``x``, ``edge_index``,
@@ -26,6 +28,7 @@ from toolbox.data.collators import (  # noqa: F401  (registers the collators)
     packing,
     pad,
     preference,
+    preference_packed,
     stack,
     unpaired_preference,
 )

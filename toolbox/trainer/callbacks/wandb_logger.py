@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,39 +42,49 @@ def _number(value: Any) -> Any:
 class WandbCallback(Callback):
     """Log the run to Weights & Biases: the composed config, train and eval metrics.
 
-    The default mode, offline, writes the run under ``run_dir/wandb/`` and never touches the
-    network; upload it later with ``wandb sync run_dir/wandb/offline-run-*``. The W&B run id is
-    saved in checkpoints, so a resumed run continues the same W&B run.
+    W&B's own environment variables are honoured, as in any W&B script: ``WANDB_MODE``,
+    ``WANDB_PROJECT``, ``WANDB_ENTITY``, ``WANDB_NAME``, ``WANDB_DIR``, ``WANDB_TAGS``. A value set in
+    the config wins over the variable. With nothing set the mode is offline: the run is written under
+    ``run_dir/wandb/`` and never touches the network; upload it later with
+    ``wandb sync run_dir/wandb/offline-run-*``. ``disabled`` starts no W&B run at all (no folder).
+    The W&B run id is saved in checkpoints, so a resumed run continues the same W&B run.
 
     Args:
-        project: the W&B project.
-        mode: offline (local files only), online (needs network and a login) or disabled.
-        name: the run's display name; defaults to the run directory's name.
-        tags: tags attached to the run.
+        project: the W&B project (default: ``WANDB_PROJECT``, else toolbox).
+        mode: offline (local files only), online (needs network and a login) or disabled
+            (default: ``WANDB_MODE``, else offline).
+        name: the run's display name (default: ``WANDB_NAME``, else the run directory's name).
+        tags: tags attached to the run (added to ``WANDB_TAGS``).
     """
 
     def __init__(
         self,
-        project: str = "toolbox",
-        mode: str = "offline",
+        project: str | None = None,
+        mode: str | None = None,
         name: str | None = None,
         tags: list[str] = [],  # noqa: B006 - copied, never mutated; shown as [] in the catalog
     ) -> None:
+        mode = mode or os.environ.get("WANDB_MODE") or "offline"
+        if mode == "dryrun":  # W&B's old name for offline, still accepted in WANDB_MODE
+            mode = "offline"
         if mode not in ("offline", "online", "disabled"):
-            raise ConfigError(f"callbacks.wandb.mode: expected offline, online or disabled, got {mode!r}.")
+            where = "callbacks.wandb.mode" if mode != os.environ.get("WANDB_MODE") else "WANDB_MODE"
+            raise ConfigError(f"{where}: expected offline, online or disabled, got {mode!r}.")
         if importlib.util.find_spec("wandb") is None:
             raise ConfigError(
                 "callbacks.wandb needs the wandb package: pip install 'toolbox[wandb]' "
                 "(or remove the wandb callback from the config)."
             )
-        self.project = project
+        self.project = project or os.environ.get("WANDB_PROJECT") or "toolbox"
         self.mode = mode
-        self.name = name
-        self.tags = list(tags)
+        self.name = name or os.environ.get("WANDB_NAME")
+        self.tags = [t for t in os.environ.get("WANDB_TAGS", "").split(",") if t] + list(tags)
         self.run = None
         self.run_id: str | None = None  # restored from a checkpoint to continue the same run
 
     def on_fit_start(self, data: EventData) -> None:
+        if self.mode == "disabled":
+            return  # no run, no folder: W&B's own disabled mode still writes one
         import wandb
 
         run_dir = Path(data.trainer.context.run_dir)
@@ -85,7 +96,7 @@ class WandbCallback(Callback):
             project=self.project,
             name=self.name or run_dir.name,
             mode=self.mode,
-            dir=str(run_dir),
+            dir=os.environ.get("WANDB_DIR") or str(run_dir),
             config=config_container(getattr(data.trainer, "cfg", None)),
             tags=self.tags,
             **kwargs,
