@@ -81,3 +81,21 @@ def test_sinfo_shows_partition_debug() -> None:
     # the trailing * marks the default partition
     assert "debug*" in partitions, f"no default partition 'debug' in sinfo: {res.stdout!r}"
     assert partitions["debug*"] == "up"
+
+
+def test_two_nodes_each_have_their_own_hostname_and_address(local_slurm: str) -> None:
+    nodes = sorted(set(_run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()))
+    if len(nodes) < 2:
+        pytest.skip(
+            f"the cluster has {len(nodes)} node(s); start two: bash {SCRIPT.relative_to(REPO)} ensure --nodes 2"
+        )
+    res = _run(
+        "srun", "-N2", "--ntasks-per-node=1", "--mem=100M", "-t", "1",
+        "python3", "-c", "import socket; h = socket.gethostname(); print(h, socket.gethostbyname(h))",
+        timeout=90,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    seen = dict(line.split() for line in res.stdout.strip().splitlines())
+    assert sorted(seen) == nodes[:2], res.stdout
+    addresses = set(seen.values())
+    assert len(addresses) == 2 and not any(a.startswith("127.") for a in addresses), seen

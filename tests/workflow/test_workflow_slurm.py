@@ -75,3 +75,40 @@ def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> Non
 
     again = wf.snakemake("--profile", "slurm", f"results/{TINY_RUN}/", timeout=300)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.xfail(
+    reason="open: the train job now gets both nodes (sacct NNodes=2), but launcher=srun inside it still "
+    "trains with world_size 1 (result.json); the nested srun step's node tasks do not meet",
+    strict=False,
+)
+def test_two_node_train_stage_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
+    """A run whose resources ask for two nodes trains across both (launcher=srun: DDP, gloo)."""
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    if len(set(nodes)) < 2:
+        pytest.skip(f"the local SLURM cluster has {len(set(nodes))} node(s); start two: "
+                    f"bash {SCRIPT.relative_to(REPO)} ensure --nodes 2")  # fmt: skip
+    cfg = tiny_config()
+    entry = cfg["runs"][TINY_RUN]
+    entry["overrides"] = [o for o in entry["overrides"] if not o.startswith("trainer.max_steps=")] + [
+        "trainer.max_steps=10", "strategy=ddp", "launcher=srun", "launcher.omp_num_threads=1",
+    ]  # fmt: skip
+    entry["resources"] = {"cpus": 1, "mem_mb": 1500, "runtime": 9, "nodes": 2}
+    wf = copy_workflow(tmp_path / "repo", cfg)
+
+    res = wf.snakemake("--profile", "slurm", f"results/{TINY_RUN}/", timeout=900)
+    out = res.stdout + res.stderr
+    assert "train" in wf.ran(out), out[-4000:]
+    run_id = re.search(r"SLURM run ID: (\S+)", out)
+    assert run_id, out[-4000:]
+    acct = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "--name", run_id.group(1), "-S", "now-1days", "-o", "NNodes,Timelimit,State"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "2|00:09:00|COMPLETED" in acct, acct  # the train job: two nodes, its own time limit
+
+    result = json.loads((wf.root / "work" / TINY_RUN / "train" / "launch" / "result.json").read_text())
+    assert result["world_size"] == 2 and result["step"] == 10
+    logs = wf.root / "work" / TINY_RUN / "train" / "launch" / "logs"
+    assert len(list(logs.rglob("stdout.log"))) == 2  # one worker on each node (torchrun's per-node log dir)
+    assert (wf.root / "results" / TINY_RUN / "model" / "model.safetensors").exists()

@@ -57,7 +57,13 @@ STRATEGIES = Registry(
     "strategy", modules=("toolbox.distributed.single", "toolbox.distributed.ddp", "toolbox.distributed.fsdp")
 )
 LAUNCHERS = Registry(
-    "launcher", modules=("toolbox.launch.local", "toolbox.launch.torchrun", "toolbox.launch.slurm")
+    "launcher",
+    modules=(
+        "toolbox.launch.local",
+        "toolbox.launch.torchrun",
+        "toolbox.launch.slurm",
+        "toolbox.launch.srun",
+    ),
 )
 ENGINES = Registry("engine", modules=("toolbox.serving.engines",))
 REWARDS = Registry("reward", modules=("toolbox.rewards",))

@@ -172,7 +172,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"toolbox plan: {config} does not exist; run it from the workflow's folder (--root)."
         )
     runs = sorted((yaml.safe_load(config.read_text()) or {}).get("runs") or {})
-    print(markdown(plan(root, args.targets, runs)), end="")
+    jobs = plan(root, args.targets, runs)
+    print(markdown(jobs), end="")
+    if args.estimate:
+        from toolbox.results.estimate import estimate_train
+        from toolbox.results.estimate import markdown as estimate_table
+        from toolbox.results.plan import build_data
+
+        train_runs = sorted({j.run for j in jobs if j.stage == "train" and j.run})
+        build_data(root, [r for r in train_runs if any(j.stage == "data" and j.run == r for j in jobs)])
+        print()
+        print(estimate_table([estimate_train(root, run) for run in train_runs]), end="")
     return 0
 
 
@@ -267,4 +277,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("targets", nargs="*", help="Snakemake targets (default: the default target)")
     p.add_argument("--root", default=".", help="the workflow's folder (default: here)")
+    p.add_argument(
+        "--estimate", action="store_true",
+        help="also calibrate each train stage that would rerun (a few measured steps, cached by its inputs) "
+        "and print its predicted wall time, peak memory and SLURM request",
+    )  # fmt: skip
     p.set_defaults(fn=cmd_plan)

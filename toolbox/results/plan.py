@@ -77,6 +77,18 @@ def plan(root: Path, targets: list[str], runs: list[str]) -> list[Job]:
     return parse_dry_run(dry.stdout + "\n" + dry.stderr)
 
 
+def build_data(root: Path, runs: list[str]) -> None:
+    """Build the data stage of ``runs`` (what the real run does first; a calibration trains on it)."""
+    if not runs:
+        return
+    targets = [f"work/{run}/data" for run in runs]
+    done = subprocess.run(
+        [_snakemake(), "-c1", *targets, "--quiet", "all"], cwd=root, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise ToolboxError(f"toolbox plan --estimate: building the data failed:\n{done.stderr[-3000:]}")
+
+
 def markdown(jobs: list[Job]) -> str:
     if not jobs:
         return "Nothing to recompute: every stage is up to date.\n"

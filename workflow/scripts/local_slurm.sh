@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Install, start, check and stop a real single-node SLURM cluster on this machine
-# (Debian 12, root, no systemd): munged + private MariaDB + slurmdbd + slurmctld + slurmd.
+# Install, start, check and stop a real SLURM cluster on this machine (Debian 12, root, no
+# systemd): munged + private MariaDB + slurmdbd + slurmctld + one slurmd per node. With two or more
+# nodes each slurmd runs in its own network namespace with its own address and hostname, on a
+# private bridge (local_slurm_net.sh); with one node it runs on 127.0.0.1.
 #
-# Usage: local_slurm.sh {install|start|status|stop|restart|ensure}
+# Usage: local_slurm.sh {install|start|status|stop|restart|ensure} [--nodes N]
 #
 #   install  apt-get install the Debian packages that are missing (idempotent)
 #   start    write configs into the state dir, start every daemon in the background and wait
@@ -12,6 +14,10 @@
 #   restart  stop + start
 #   ensure   install + start (what CI calls); exits non-zero with a reason when it cannot
 #
+#   --nodes N  nodes to start (start, restart, ensure) [default TOOLBOX_SLURM_NODES or 2]. Where
+#              network namespaces cannot be made (no CAP_NET_ADMIN, no iproute2) a start of N > 1
+#              falls back to one node and says why; `status` prints that reason.
+#
 # Environment:
 #   TOOLBOX_SLURM_DIR              state dir (configs, logs, spool, database, pids)
 #                                  [default /tmp/toolbox-slurm]
@@ -19,6 +25,8 @@
 #   TOOLBOX_SLURM_CLUSTER          ClusterName [default toolbox]
 #   TOOLBOX_SLURM_DB_PORT          TCP port of the private MariaDB on 127.0.0.1 [default 16306]
 #   TOOLBOX_SLURM_DEF_MEM_PER_CPU  DefMemPerCPU in MB [default RealMemory / CPUs]
+#   TOOLBOX_SLURM_NODES            nodes to start [default 2]
+#   TOOLBOX_SLURM_NET              first three octets of the private node network [default 10.213.0]
 #
 # Exit codes: 0 ok; 1 not running / failed to start; 2 this machine cannot run it
 # (not root, no apt-get/dpkg, apt failed); 64 usage error.
@@ -28,8 +36,9 @@ STATE_DIR="${TOOLBOX_SLURM_DIR:-/tmp/toolbox-slurm}"
 TIMEOUT="${TOOLBOX_SLURM_TIMEOUT:-60}"
 CLUSTER="${TOOLBOX_SLURM_CLUSTER:-toolbox}"
 DB_PORT="${TOOLBOX_SLURM_DB_PORT:-16306}"
+NODES="${TOOLBOX_SLURM_NODES:-2}"
 PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
-# Start order; stop runs it backwards.
+# Start order; stop runs it backwards. set_daemons adds one slurmd per node (slurmd@I with I > 1).
 DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
 MUNGE_SOCKET=/run/munge/munge.socket.2
 MUNGE_KEY=/etc/munge/munge.key
@@ -41,6 +50,9 @@ RUN="$STATE_DIR/run"
 SPOOL="$STATE_DIR/spool"
 DB_DIR="$STATE_DIR/mysql"
 DB_SOCK="$DB_DIR/mysqld.sock"
+
+# shellcheck source=workflow/scripts/local_slurm_net.sh
+source "$(dirname "${BASH_SOURCE[0]}")/local_slurm_net.sh"
 
 say() { printf '[local_slurm] %s\n' "$*"; }
 warn() { printf '[local_slurm] WARNING: %s\n' "$*" >&2; }
@@ -74,15 +86,35 @@ running() {
 
 recorded_pid() { cat "$PIDS/$1.pid" 2>/dev/null || true; }
 
-daemon_alive() { alive "$(recorded_pid "$1")" "$1"; }
+# A daemon's process name: slurmd@2 (node 2's slurmd) is a slurmd.
+comm_of() { echo "${1%@*}"; }
+
+daemon_alive() { alive "$(recorded_pid "$1")" "$(comm_of "$1")"; }
+
+# set_daemons N: the daemons of an N-node cluster (slurmd, slurmd@2, ..., slurmd@N).
+set_daemons() {
+    local i
+    DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
+    for ((i = 2; i <= $1; i++)); do DAEMONS+=("slurmd@$i"); done
+}
+
+# The node count of the running (or last started) cluster.
+started_nodes() {
+    local n
+    n=$(cat "$STATE_DIR/nodes" 2>/dev/null || echo 1)
+    [[ "$n" =~ ^[0-9]+$ ]] && echo "$n" || echo 1
+}
+
+# The daemon name of node I's slurmd (node 1: slurmd, as in a one-node cluster).
+slurmd_daemon() { (($1 == 1)) && echo slurmd || echo "slurmd@$1"; }
 
 # Live processes named COMM that this script did not start.
 foreign_pids() {
     local comm=$1 mine pid out=()
-    mine=$(recorded_pid "$comm")
+    mine=" $(cat "$PIDS/$comm.pid" "$PIDS/$comm"@*.pid 2>/dev/null | tr '\n' ' ') "
     for pid in /proc/[0-9]*; do
         pid=${pid#/proc/}
-        [[ "$pid" == "$mine" ]] && continue
+        [[ "$mine" == *" $pid "* ]] && continue
         alive "$pid" "$comm" && out+=("$pid")
     done
     echo "${out[*]:-}"
@@ -104,7 +136,7 @@ wait_for() {
     shift 3
     deadline=$((SECONDS + TIMEOUT))
     until "$@" >/dev/null 2>&1; do
-        for d in $daemons; do alive "$(recorded_pid "$d")" "$d" || check_started "$d" "$LOG/$d.log"; done
+        for d in $daemons; do daemon_alive "$d" || check_started "$d" "$LOG/$d.log"; done
         if ((SECONDS >= deadline)); then
             printf '[local_slurm] ERROR: timed out after %ss waiting for %s\n' "$TIMEOUT" "$desc" >&2
             if [[ -n "$logfile" && -e "$logfile" ]]; then
@@ -120,11 +152,12 @@ wait_for() {
 # Checks a daemon is still alive while waiting for it (fails fast when it died at startup).
 # Right after launch the PID may still be setsid/setpriv on its way to exec the daemon.
 check_started() {
-    local name=$1 logfile=$2 pid deadline
+    local name=$1 logfile=$2 pid deadline comm
     pid=$(recorded_pid "$name")
+    comm=$(comm_of "$name")
     deadline=$((SECONDS + 5))
-    while ! alive "$pid" "$name" && running "$pid" && ((SECONDS < deadline)); do sleep 0.05; done
-    if ! alive "$pid" "$name"; then
+    while ! alive "$pid" "$comm" && running "$pid" && ((SECONDS < deadline)); do sleep 0.05; done
+    if ! alive "$pid" "$comm"; then
         printf '[local_slurm] ERROR: %s exited right after start\n' "$name" >&2
         [[ -s "$logfile" ]] || logfile="$LOG/$name.out"
         if [[ -s "$logfile" ]]; then
@@ -191,17 +224,38 @@ require_installed() {
 
 mem_total_mb() { awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo; }
 
+# write_configs N: slurm.conf for N nodes. One node: this host on 127.0.0.1. N > 1: every node has
+# this machine's CPUs (they share them) and RealMemory / N, its own address and a slurmd whose spool,
+# log and pid file carry its name (%n).
 write_configs() {
-    local host node_line cpus real_mem def_mem db_pass
+    local nodes=$1 host node_line cpus real_mem def_mem db_pass ctld_addr slurmd_files i hw
     host=$(hostname -s)
     # e.g. NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24105
     node_line=$(slurmd -C 2>/dev/null | grep -m1 '^NodeName=') || die 1 "'slurmd -C' printed no NodeName line"
     cpus=$(sed -n 's/.* CPUs=\([0-9]\+\).*/\1/p' <<<"$node_line")
     [[ -n "$cpus" ]] || die 1 "cannot parse CPUs from: $node_line"
-    real_mem=$(($(mem_total_mb) * 9 / 10))
+    real_mem=$(($(mem_total_mb) * 9 / 10 / nodes))
     def_mem="${TOOLBOX_SLURM_DEF_MEM_PER_CPU:-$((real_mem / cpus))}"
-    node_line=$(sed -E "s/ RealMemory=[0-9]+//; s/^NodeName=([^ ]+)/NodeName=\1 NodeAddr=127.0.0.1/" <<<"$node_line")
-    node_line="$node_line RealMemory=$real_mem State=UNKNOWN"
+    if ((nodes == 1)); then
+        ctld_addr=127.0.0.1
+        node_line=$(sed -E "s/ RealMemory=[0-9]+//; s/^NodeName=([^ ]+)/NodeName=\1 NodeAddr=127.0.0.1/" <<<"$node_line")
+        node_line="$node_line RealMemory=$real_mem State=UNKNOWN"
+        slurmd_files="SlurmdSpoolDir=$SPOOL/slurmd
+SlurmdPidFile=$RUN/slurmd.pid
+SlurmdLogFile=$LOG/slurmd.log"
+    else
+        ctld_addr=$(controller_addr)
+        hw=$(sed -E 's/^NodeName=[^ ]+ //; s/ RealMemory=[0-9]+//; s/ UpTime=.*//' <<<"$node_line")
+        node_line=""
+        for ((i = 1; i <= nodes; i++)); do
+            node_line+="NodeName=$(node_name "$i") NodeHostname=$(node_name "$i") NodeAddr=$(node_addr "$i")"
+            node_line+=" $hw RealMemory=$real_mem State=UNKNOWN"$'\n'
+        done
+        node_line=${node_line%$'\n'}
+        slurmd_files="SlurmdSpoolDir=$SPOOL/slurmd-%n
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmdLogFile=$LOG/slurmd-%n.log"
+    fi
 
     if [[ ! -s "$ETC/db_password" ]]; then
         (umask 077 && head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$ETC/db_password")
@@ -211,7 +265,7 @@ write_configs() {
     cat >"$ETC/slurm.conf" <<EOF
 # Written by workflow/scripts/local_slurm.sh -- regenerated on every start.
 ClusterName=$CLUSTER
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -229,11 +283,9 @@ MinJobAge=300
 KillWait=5
 InactiveLimit=0
 StateSaveLocation=$SPOOL/slurmctld
-SlurmdSpoolDir=$SPOOL/slurmd
 SlurmctldPidFile=$RUN/slurmctld.pid
-SlurmdPidFile=$RUN/slurmd.pid
 SlurmctldLogFile=$LOG/slurmctld.log
-SlurmdLogFile=$LOG/slurmd.log
+$slurmd_files
 SlurmctldDebug=info
 SlurmdDebug=info
 AccountingStorageType=accounting_storage/slurmdbd
@@ -279,7 +331,7 @@ EOF
         fi
         ln -sfn "$ETC/$f" "/etc/slurm/$f"
     done
-    say "configs in $ETC (node: ${node_line%% State=*}, DefMemPerCPU=$def_mem)"
+    say "configs in $ETC ($nodes node(s): ${node_line%% State=*}, DefMemPerCPU=$def_mem)"
 }
 
 munge_works() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
@@ -360,16 +412,22 @@ check_ports_free() {
     done
 }
 
-node_idle() {
-    local st
+# nodes_idle N: sinfo lists N nodes in partition debug, every one of them up.
+nodes_idle() {
+    local st line n=0
     st=$(timeout 5 sinfo -h -N -p debug -o '%T' 2>/dev/null) || return 1
-    [[ "$st" == idle || "$st" == mixed || "$st" == allocated ]]
+    while read -r line; do
+        [[ "$line" == idle || "$line" == mixed || "$line" == allocated ]] || return 1
+        n=$((n + 1))
+    done <<<"$st"
+    ((n == $1))
 }
 
 sacct_answers() { timeout 15 sacct -n -X -S now-1hour >/dev/null 2>&1; }
 
 start_slurm() {
-    local d other
+    local nodes=$1 d other i name slurmds=""
+    for d in "${DAEMONS[@]}"; do [[ "$d" == slurmd* ]] && slurmds+=" $d"; done
     for d in slurmdbd slurmctld slurmd; do
         other=$(foreign_pids "$d")
         [[ -z "$other" ]] || die 1 "a $d this script did not start is running (pid $other); stop it first"
@@ -382,9 +440,20 @@ start_slurm() {
     say "slurmdbd up (pid $(recorded_pid slurmdbd))"
 
     launch slurmctld slurmctld -D -f "$ETC/slurm.conf"
-    launch slurmd slurmd -D -f "$ETC/slurm.conf"
-    wait_for "node to be idle in sinfo" "$LOG/slurmctld.log" "slurmctld slurmd" node_idle
-    say "slurmctld (pid $(recorded_pid slurmctld)) and slurmd (pid $(recorded_pid slurmd)) up, node idle"
+    if ((nodes == 1)); then
+        launch slurmd slurmd -D -f "$ETC/slurm.conf"
+    else
+        # node I's slurmd: in its network namespace, in a UTS namespace named after the node
+        for ((i = 1; i <= nodes; i++)); do
+            name=$(node_name "$i")
+            # nsenter, not 'ip netns exec': that remounts /sys and hides /sys/fs/cgroup from slurmd
+            mkdir -p "$SPOOL/slurmd-$name"
+            launch "$(slurmd_daemon "$i")" nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts \
+                sh -c "hostname $name && exec slurmd -D -f $ETC/slurm.conf -N $name"
+        done
+    fi
+    wait_for "$nodes node(s) to be idle in sinfo" "$LOG/slurmctld.log" "slurmctld$slurmds" nodes_idle "$nodes"
+    say "slurmctld (pid $(recorded_pid slurmctld)) and $nodes slurmd up, nodes idle"
     wait_for "sacct to answer (slurmdbd accounting)" "$LOG/slurmdbd.log" "slurmdbd slurmctld" sacct_answers
     say "sacct answers"
 }
@@ -410,24 +479,39 @@ start_failed() {
 cmd_start() {
     require_root
     require_installed
+    local want=$NODES have reason=""
+    [[ "$want" =~ ^[1-9][0-9]*$ && "$want" -le 200 ]] || die 64 "--nodes must be a number in 1..200, got '$want'"
+    have=$(started_nodes)
+    set_daemons "$have"
     if all_alive; then
-        say "already running (state dir $STATE_DIR); nothing to do"
-        return 0
-    fi
-    if any_alive; then
+        if ((have == want)) || { ((have == 1)) && [[ -s "$STATE_DIR/fallback_reason" ]]; }; then
+            say "already running with $have node(s) (state dir $STATE_DIR); nothing to do"
+            return 0
+        fi
+        say "running with $have node(s), $want asked for: restarting"
+    elif any_alive; then
         say "partially running: stopping the remaining daemons first"
-        cmd_stop
     fi
-    check_ports_free
-    local t0=$SECONDS
-    say "starting single-node SLURM cluster (state dir $STATE_DIR)"
-    trap 'start_failed $?' EXIT
+    any_alive && cmd_stop
     mkdir -p "$ETC" "$LOG" "$PIDS" "$RUN" "$SPOOL"
     chmod 755 "$STATE_DIR"
-    write_configs
+    rm -f "$STATE_DIR/fallback_reason"
+    if ((want > 1)) && ! reason=$(net_possible); then
+        warn "network namespaces are not possible here: $reason; starting ONE node instead of $want"
+        echo "$want nodes asked for, 1 started: $reason" >"$STATE_DIR/fallback_reason"
+        want=1
+    fi
+    set_daemons "$want"
+    check_ports_free
+    local t0=$SECONDS
+    say "starting a $want-node SLURM cluster (state dir $STATE_DIR)"
+    trap 'start_failed $?' EXIT
+    echo "$want" >"$STATE_DIR/nodes"
+    if ((want > 1)); then net_up; fi
+    write_configs "$want"
     start_munged
     start_mariadb
-    start_slurm
+    start_slurm "$want"
     trap - EXIT
     say "cluster up in $((SECONDS - t0))s: partition debug, $(sinfo -h -o '%D node(s), %c CPUs, %m MB' -p debug)"
 }
@@ -436,22 +520,23 @@ cmd_start() {
 
 # stop_daemon NAME: SIGTERM the recorded PID, wait (zombie = gone), SIGKILL after a grace period.
 stop_daemon() {
-    local name=$1 pid deadline
+    local name=$1 pid deadline comm
     pid=$(recorded_pid "$name")
+    comm=$(comm_of "$name")
     if [[ -z "$pid" ]]; then
         return 0
     fi
-    if alive "$pid" "$name"; then
+    if alive "$pid" "$comm"; then
         kill -TERM "$pid" 2>/dev/null || true
         deadline=$((SECONDS + 20))
-        while alive "$pid" "$name" && ((SECONDS < deadline)); do sleep 0.2; done
-        if alive "$pid" "$name"; then
+        while alive "$pid" "$comm" && ((SECONDS < deadline)); do sleep 0.2; done
+        if alive "$pid" "$comm"; then
             warn "$name (pid $pid) ignored SIGTERM for 20s: sending SIGKILL"
             kill -KILL "$pid" 2>/dev/null || true
             deadline=$((SECONDS + 5))
-            while alive "$pid" "$name" && ((SECONDS < deadline)); do sleep 0.2; done
+            while alive "$pid" "$comm" && ((SECONDS < deadline)); do sleep 0.2; done
         fi
-        if alive "$pid" "$name"; then
+        if alive "$pid" "$comm"; then
             warn "$name (pid $pid) still alive"
             return 1
         fi
@@ -463,6 +548,7 @@ stop_daemon() {
 cmd_stop() {
     local i rc=0
     if [[ ! -d "$PIDS" ]] || [[ -z "$(ls -A "$PIDS" 2>/dev/null)" ]]; then
+        net_down
         say "not running (no recorded PIDs in $PIDS)"
         return 0
     fi
@@ -471,6 +557,7 @@ cmd_stop() {
     done
     # Wipe pid files that name no daemon of ours (stale), but keep those still alive (rc=1).
     ((rc == 0)) && rm -f "$PIDS"/*.pid
+    ((rc == 0)) && net_down
     ((rc == 0)) && say "stopped" || warn "some daemons could not be stopped"
     return "$rc"
 }
@@ -478,10 +565,9 @@ cmd_stop() {
 # ------------------------------------------------------------------------------------- status
 
 cmd_status() {
-    local d pid up=0 down=()
+    local d up=0 down=()
     for d in "${DAEMONS[@]}"; do
-        pid=$(recorded_pid "$d")
-        if alive "$pid" "$d"; then up=$((up + 1)); else down+=("$d"); fi
+        if daemon_alive "$d"; then up=$((up + 1)); else down+=("$d"); fi
     done
     if ((up == 0)); then
         echo "local SLURM cluster: not running (state dir $STATE_DIR)"
@@ -500,9 +586,11 @@ cmd_status() {
         echo "local SLURM cluster: daemons alive but sacct does not answer"
         return 1
     fi
-    echo "local SLURM cluster: up (state dir $STATE_DIR)"
+    echo "local SLURM cluster: up, $(started_nodes) node(s) (state dir $STATE_DIR)"
+    if [[ -s "$STATE_DIR/fallback_reason" ]]; then echo "  fallback: $(cat "$STATE_DIR/fallback_reason")"; fi
     for d in "${DAEMONS[@]}"; do printf '  %-9s pid %s\n' "$d" "$(recorded_pid "$d")"; done
-    echo "  node: $nodes"
+    echo "  nodes:"
+    sed 's/^/    /' <<<"$nodes"
     echo "  jobs in queue: $(timeout 15 squeue -h | wc -l)"
 }
 
@@ -514,6 +602,15 @@ usage() {
 
 main() {
     local cmd=${1:-}
+    shift || true
+    while (($#)); do
+        case "$1" in
+            --nodes) NODES=${2:-}; shift 2 || die 64 "--nodes needs a number" ;;
+            --nodes=*) NODES=${1#--nodes=}; shift ;;
+            *) die 64 "unknown option '$1' (usage: $0 {install|start|status|stop|restart|ensure} [--nodes N])" ;;
+        esac
+    done
+    set_daemons "$(started_nodes)"
     case "$cmd" in
         install) cmd_install ;;
         start) cmd_start ;;

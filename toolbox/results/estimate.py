@@ -1,0 +1,228 @@
+"""Estimates before a run: a short, measured calibration of the train stage, and the SLURM request.
+
+::
+
+    toolbox plan --estimate results/demo/
+    | run | stage | predicted wall | peak memory | SLURM request | calibration |
+    | demo | train | 3.1 min | 610 MB | --time=5 --mem=800M | measured 41 s |
+
+The train stage's own command (``toolbox train --config work/<run>/config/train.yaml --data
+work/<run>/data``) runs three times, briefly, into a temporary folder:
+
+- A: ``K1`` steps, no periodic eval or checkpoint;  B: ``K2`` steps, none either;
+- C: ``K1`` steps with an eval and a checkpoint after every step but the last.
+
+Startup, the final eval and the export are in all three. So a step costs ``s = (B - A) / (K2 - K1)``,
+an eval plus a checkpoint ``e = (C - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of
+``N`` steps with an eval every ``E`` and a checkpoint every ``S`` steps takes
+``F + N * s + ((N - 1) // E + (N - 1) // S) * e / 2`` (an eval and a checkpoint are taken to cost
+half of ``e`` each: exact when ``E == S``, as in every shipped config). The peak memory is the
+largest resident set of the three runs (their process tree, ``wait4``).
+
+The SLURM request adds a stated margin: ``--time`` = the predicted wall time x (1 + TIME_MARGIN),
+rounded up to a minute; ``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
+calibration is cached in ``work/<run>/estimate/train.json`` under a key of the stage's inputs (the
+train config's bytes and the data folder's files), so a second ``--estimate`` with the same inputs
+measures nothing. The workflow's train rule reads that file for ``runtime`` and ``mem_mb`` when the
+run's ``resources:`` do not set them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from toolbox.core.errors import ToolboxError
+
+K1, K2 = 3, 13
+TIME_MARGIN = 0.5  # --time = predicted wall x 1.5
+MEM_MARGIN = 0.3  # --mem = peak x 1.3
+VERSION = 1  # bump when the calibration or the model changes: old cache entries are ignored
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Three measured runs (seconds, peak resident MB) and the per-step model they give."""
+
+    a_s: float
+    b_s: float
+    c_s: float
+    peak_mb: float
+    took_s: float
+
+    @property
+    def step_s(self) -> float:
+        return max((self.b_s - self.a_s) / (K2 - K1), 0.0)
+
+    @property
+    def event_s(self) -> float:
+        return max((self.c_s - self.a_s) / (K1 - 1), 0.0)
+
+    @property
+    def fixed_s(self) -> float:
+        return max(self.a_s - K1 * self.step_s, 0.0)
+
+    def wall_s(self, steps: int, eval_every: int, save_every: int) -> float:
+        events = sum((steps - 1) // every for every in (eval_every, save_every) if every and every > 0)
+        return self.fixed_s + steps * self.step_s + events * self.event_s / 2
+
+
+@dataclass(frozen=True)
+class Estimate:
+    run: str
+    stage: str
+    wall_s: float
+    peak_mb: float
+    steps: int
+    calibration: Calibration
+    cached: bool = False
+
+    def slurm(self) -> dict[str, int]:
+        """The SLURM request: ``runtime`` in minutes and ``mem_mb``, with the margins above."""
+        return {
+            "runtime": max(1, math.ceil(self.wall_s * (1 + TIME_MARGIN) / 60)),
+            "mem_mb": int(math.ceil(self.peak_mb * (1 + MEM_MARGIN) / 100) * 100),
+        }
+
+
+def inputs_key(config: Path, data: Path) -> str:
+    """A hash of the train stage's inputs: its config slice's bytes and every file of the data folder."""
+    h = hashlib.sha256(f"v{VERSION} k{K1},{K2}\n".encode())
+    h.update(config.read_bytes())
+    for path in sorted(p for p in data.rglob("*") if p.is_file()):
+        h.update(f"{path.relative_to(data).as_posix()}\0".encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _timed(cmd: list[str], log: Path) -> tuple[float, float]:
+    """Run ``cmd``; its wall seconds and peak resident MB (the largest of its process tree)."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = log.read_text()[-2000:]
+        raise ToolboxError(
+            f"estimate: the calibration run failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}"
+        )
+    return wall, usage.ru_maxrss / 1024  # Linux: KB
+
+
+def _toolbox() -> list[str]:
+    return [sys.executable, "-m", "toolbox.cli"]
+
+
+def calibrate(config: Path, data: Path, work: Path) -> Calibration:
+    """The three short runs of the module docstring, in ``work`` (emptied first)."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    base = [*_toolbox(), "train", "--config", str(config), "--data", str(data)]
+    quiet = ["trainer.eval_every=0", "trainer.save_every=0"]
+    runs = {
+        "a": [f"trainer.max_steps={K1}", *quiet],
+        "b": [f"trainer.max_steps={K2}", *quiet],
+        "c": [f"trainer.max_steps={K1}", "trainer.eval_every=1", "trainer.save_every=1"],
+    }
+    t0 = time.perf_counter()
+    measured = {}
+    for name, extra in runs.items():
+        measured[name] = _timed([*base, "--out", str(work / name), *extra], work / f"{name}.log")
+    return Calibration(
+        a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0],
+        peak_mb=max(m[1] for m in measured.values()), took_s=time.perf_counter() - t0,
+    )  # fmt: skip
+
+
+def estimate_train(root: Path, run: str) -> Estimate:
+    """The train stage of ``run`` (its config slice and data must exist): cached or calibrated."""
+    import yaml
+
+    config = root / "work" / run / "config" / "train.yaml"
+    data = root / "work" / run / "data"
+    for path in (config, data):
+        if not path.exists():
+            raise ToolboxError(f"estimate: {path} does not exist; run `snakemake -c1 {path}` first.")
+    trainer = (yaml.safe_load(config.read_text()) or {}).get("trainer") or {}
+    steps = int(trainer.get("max_steps") or 0)
+    if steps < 1:
+        raise ToolboxError(
+            f"estimate: {config} has no trainer.max_steps; only step-bounded runs are estimated."
+        )
+    cache = estimate_path(root, run)
+    key = inputs_key(config, data)
+    cached = _read_cache(cache, key)
+    if cached is not None:
+        cal, was_cached = cached, True
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"estimate-{run}-") as tmp:
+            cal = calibrate(config.resolve(), data.resolve(), Path(tmp) / "runs")
+        was_cached = False
+    wall = cal.wall_s(steps, int(trainer.get("eval_every") or 0), int(trainer.get("save_every") or 0))
+    est = Estimate(run, "train", wall, cal.peak_mb, steps, cal, was_cached)
+    if not was_cached:
+        _write_cache(cache, key, est)
+    return est
+
+
+def estimate_path(root: Path, run: str) -> Path:
+    return root / "work" / run / "estimate" / "train.json"
+
+
+def _read_cache(path: Path, key: str) -> Calibration | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("key") != key:
+        return None
+    return Calibration(**data["calibration"])
+
+
+def _write_cache(path: Path, key: str, est: Estimate) -> None:
+    from toolbox.core.atomic import atomic_write_text
+
+    record = {
+        "key": key, "run": est.run, "stage": est.stage, "steps": est.steps, "wall_s": est.wall_s,
+        "peak_mb": est.peak_mb, "slurm": est.slurm(), "margins": {"time": TIME_MARGIN, "mem": MEM_MARGIN},
+        "calibration": asdict(est.calibration),
+    }  # fmt: skip
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+
+
+def read_request(root: Path, run: str) -> dict[str, int] | None:
+    """The SLURM request of the run's cached train estimate (``runtime``, ``mem_mb``), or None."""
+    try:
+        return json.loads(estimate_path(root, run).read_text())["slurm"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def markdown(estimates: list[Estimate]) -> str:
+    lines = [
+        "| run | stage | predicted wall | peak memory | SLURM request | calibration |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in estimates:
+        req = e.slurm()
+        how = "cached" if e.cached else f"measured {e.calibration.took_s:.0f} s"
+        lines.append(
+            f"| {e.run} | {e.stage} | {_duration(e.wall_s)} | {e.peak_mb:.0f} MB | "
+            f"--time={req['runtime']} --mem={req['mem_mb']}M | {how} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
