@@ -164,7 +164,9 @@ def rule_text(stage: Stage) -> str:
         keys = ("cpus", "mem_mb", "runtime", "gpu", "gpu_model", "nodes", "slurm_partition")
         lines += _block(
             "resources",
-            [f'{"cpus_per_task" if k == "cpus" else k}=train_resource("{k}"),' for k in keys],
+            [f'{"cpus_per_task" if k == "cpus" else k}=train_resource("{k}"),' for k in keys]
+            # one task per node: with --ntasks=1 SLURM shrinks --nodes to 1
+            + ['tasks=train_resource("nodes"),'],
         )
     params = _params(stage)
     if params:

@@ -32,7 +32,7 @@ rule train:
         gpu=train_resource("gpu"),
         gpu_model=train_resource("gpu_model"),
         nodes=train_resource("nodes"),
-        tasks=train_resource("nodes"),  # one task per node: with --ntasks=1 SLURM shrinks --nodes to 1
         slurm_partition=train_resource("slurm_partition"),
+        tasks=train_resource("nodes"),
     shell:
         "( mkdir -p work/{wildcards.run}/train && python workflow/scripts/resume_key.py work/{wildcards.run}/config/train.yaml {input.data} > work/{wildcards.run}/train/checkpoints.config.yaml.new && {{ cmp -s work/{wildcards.run}/train/checkpoints.config.yaml.new work/{wildcards.run}/train/checkpoints.config.yaml || rm -rf work/{wildcards.run}/train/checkpoints; }} && mv work/{wildcards.run}/train/checkpoints.config.yaml.new work/{wildcards.run}/train/checkpoints.config.yaml && toolbox train --config work/{wildcards.run}/config/train.yaml --data {input.data} --out work/{wildcards.run}/train resume_from=auto ) > {log} 2>&1"
