@@ -44,7 +44,9 @@ class HarnessModel:
         if not prompts:
             return []
         stop = [s for s in stop if s]
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, stop=list(stop))
+        # the stop strings are cut here, not by the engine: HF generate's stop-string matching fails on
+        # tokenizers whose tokens do not render alone (a character tokenizer: "substring not found")
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
         # token ids (bos first) where the tokenizer is here; the text where only the server has it
         inputs = [self.prompt_ids(p) for p in prompts] if self.tokenizer is not None else list(prompts)
         outputs = self.engine.generate(inputs, params)

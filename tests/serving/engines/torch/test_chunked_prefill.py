@@ -304,5 +304,5 @@ def test_the_next_long_prompt_starts_in_the_budget_the_last_chunk_leaves(engine_
 def test_chunk_size_errors(engine_for):
     from toolbox.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="prefill_chunk_tokens must be"):
+    with pytest.raises(ConfigError, match="prefill_chunk_tokens: expected int >= 1"):
         engine_for(prefill_chunk_tokens=0)

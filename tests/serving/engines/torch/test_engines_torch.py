@@ -332,7 +332,7 @@ def test_prefill_threads_apply_to_prefill_steps_only(engine_for, model, tokenize
         monkeypatch.setattr(runner, name, spy)
     assert engine.generate(PROMPTS, greedy(12)) == plain  # one_torch_thread: decoding with 1
     assert seen == {"prefill": {2}, "decode": {1}}
-    with pytest.raises(ConfigError, match="prefill_threads must be >= 1"):
+    with pytest.raises(ConfigError, match="prefill_threads: expected int >= 1"):
         engine_for(model, tokenizer, prefill_threads=0)
 
 
