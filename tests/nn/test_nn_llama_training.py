@@ -102,6 +102,65 @@ def test_every_token_scored_and_full_logits() -> None:
     )
 
 
+def packed_batch(rows=((5, 7, 3), (9, 4)), seed=2):
+    """Rows of examples back to back, as the packing collators give them: positions restarting per
+    example, a 4-D additive mask keeping each to itself, the first token of each never scored."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(sum(r) for r in rows) + 1  # one padding token at the end of the longest row
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    positions = torch.zeros_like(ids)
+    segment = torch.full_like(ids, -1)
+    completion = torch.zeros_like(ids)
+    for r, lengths in enumerate(rows):
+        start = 0
+        for s, n in enumerate(lengths):
+            ids[r, start : start + n] = torch.randint(3, VOCAB, (n,), generator=g)
+            positions[r, start : start + n] = torch.arange(n)
+            segment[r, start : start + n] = s
+            completion[r, start + 1 : start + n] = 1
+            start += n
+        positions[r, start:] = torch.arange(width - start)  # the padding: one more sequence
+        segment[r, start:] = len(lengths)
+    causal = torch.arange(width)[None, :] <= torch.arange(width)[:, None]
+    allowed = (segment[:, :, None] == segment[:, None, :]) & causal
+    mask = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(
+        ~allowed, torch.finfo(torch.float32).min
+    )
+    return {
+        "input_ids": ids,
+        "position_ids": positions,
+        "attention_mask": mask[:, None],
+        "completion_mask": completion,
+    }
+
+
+@pytest.mark.parametrize("settings", [{}, {"num_kv_heads": 1}])
+def test_packed_rows_run_lean_and_equal_the_models(settings) -> None:
+    model = build_llama(**settings)
+    fast, exact = training_forward(model), training_forward(model, exact=True)
+    batch = packed_batch()
+    ids, positions, mask = batch["input_ids"], batch["position_ids"], batch["attention_mask"]
+    assert fast.covers(ids, mask, positions)  # the lean path, not the fallback
+    assert not fast.covers(ids, None, positions)  # positions without a packed mask: the model's
+    ref = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    lean = fast(ids, attention_mask=mask, position_ids=positions).logits
+    torch.testing.assert_close(lean, ref, rtol=1e-5, atol=1e-6)
+    keep = batch["completion_mask"].bool()
+    kept = fast(ids, attention_mask=mask, position_ids=positions, logits_mask=keep).logits
+    torch.testing.assert_close(kept, ref[keep], rtol=1e-5, atol=1e-6)
+    assert torch.equal(exact(ids, attention_mask=mask, position_ids=positions).logits, ref)
+    # each packed example's logits are those of the example run alone
+    alone = model(input_ids=ids[:1, 5:12]).logits[0]
+    torch.testing.assert_close(lean[0, 5:12], alone, rtol=1e-5, atol=1e-6)
+    ref_out, ref_grads = loss_and_grads(model, model, batch)
+    out, grads = loss_and_grads(model, fast, batch)
+    torch.testing.assert_close(out.loss_sum, ref_out.loss_sum, rtol=1e-6, atol=1e-6)
+    assert_same_gradients(grads, ref_grads)
+    exact_out, exact_grads = loss_and_grads(model, exact, batch)
+    assert torch.equal(exact_out.loss_sum, ref_out.loss_sum)
+    assert all(torch.equal(exact_grads[name], grad) for name, grad in ref_grads.items())
+
+
 def test_what_it_does_not_cover_falls_back_to_the_model() -> None:
     model = build_llama()
     fast = training_forward(model)

@@ -238,13 +238,18 @@ class AdapterDisabledReference(nn.Module):
         finally:
             policy.train(was_training)
 
-    def lean_base(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Any:
+    def lean_base(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> Any:
         """The lean training forward reading the base alone for these inputs (what :meth:`disabled`
         would give, without walking every layer to switch modes and adapter flags), or ``None``
         where there is none (then use :meth:`disabled` and ``inner``)."""
         without = getattr(self.inner, "without_adapters", None)
         base = without() if without is not None else None
-        return base if base is not None and base.covers(input_ids, attention_mask) else None
+        return base if base is not None and base.covers(input_ids, attention_mask, position_ids) else None
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with self.disabled():

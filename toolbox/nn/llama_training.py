@@ -21,6 +21,9 @@ model's parameters:
   matrix product without reshapes;
 - right padding needs no mask (causal attention never looks right), so attention takes its fused
   causal path;
+- a packed batch (the ``packing`` collators: ``position_ids`` restarting per example and a 4-D
+  additive ``attention_mask`` keeping each example to itself) takes the rotary tables at its
+  positions and hands its mask to attention, as transformers does;
 - given ``logits_mask``, the positions whose logits are needed (the completion tokens of an SFT
   batch), the last layer computes queries, the feed-forward, the final norm and the output
   projection only there; keys and values still cover every position up to the last kept one,
@@ -28,7 +31,8 @@ model's parameters:
   the loss and every gradient are those of the full forward.
 
 Anything it does not cover (autocast, weights not in float32, attention dropout or activation
-checkpointing while training, left padding, explicit positions, other architectures or rope types)
+checkpointing while training, left padding, explicit positions without a packed mask, other
+architectures or rope types)
 falls back to the model's own forward, so the result is always the model's.
 """
 
@@ -94,9 +98,10 @@ class LlamaTrainingForward:
                 input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
             ).logits
             return CausalLMOutput(logits=logits if logits_mask is None else logits[logits_mask])
+        packed = (position_ids, attention_mask) if position_ids is not None else None
         if self.exact and logits_mask is not None:  # every position, as transformers computes them
-            return CausalLMOutput(logits=self._forward(input_ids, None)[logits_mask])
-        return CausalLMOutput(logits=self._forward(input_ids, logits_mask))
+            return CausalLMOutput(logits=self._forward(input_ids, None, packed)[logits_mask])
+        return CausalLMOutput(logits=self._forward(input_ids, logits_mask, packed))
 
     def without_adapters(self) -> LlamaTrainingForward | None:
         """This forward computing the base model alone, as peft's ``disable_adapter()`` in eval
@@ -111,14 +116,18 @@ class LlamaTrainingForward:
             self._base_only = base
         return self._base_only
 
-    def covers(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> bool:
+    def covers(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None
+    ) -> bool:
         """Whether a call with these inputs runs the lean forward (not the model's own)."""
-        return self._covers(input_ids, attention_mask, None)
+        return self._covers(input_ids, attention_mask, position_ids)
 
     def _covers(self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor | None) -> bool:
         model = self.model
-        if position_ids is not None or torch.is_autocast_enabled(input_ids.device.type):
+        if torch.is_autocast_enabled(input_ids.device.type):
             return False
+        if position_ids is not None and not _packed_mask(attention_mask, input_ids.shape):
+            return False  # explicit positions: only with the packing collators' 4-D mask
         if model.lm_head.weight.dtype != torch.float32:  # HF's norms round through float32 differently
             return False
         training = model.training and self.adapters  # the base alone is read as in eval mode
@@ -126,7 +135,7 @@ class LlamaTrainingForward:
             return False
         if input_ids.shape[1] > model.config.max_position_embeddings:
             return False
-        if attention_mask is not None:  # right padding only: then the mask changes no kept logit
+        if attention_mask is not None and position_ids is None:  # right padding: no kept logit changes
             if attention_mask.dim() != 2 or not bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):
                 return False
         return True
@@ -145,26 +154,36 @@ class LlamaTrainingForward:
             self._rotary[key] = (cos[0], signed[0])
         return self._rotary[key]
 
-    def _forward(self, input_ids: Tensor, logits_mask: Tensor | None) -> Tensor:
+    def _forward(
+        self, input_ids: Tensor, logits_mask: Tensor | None, packed: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor:
+        """Logits (``[batch, seq, vocab]``, or ``[n, vocab]`` at ``logits_mask``); ``packed``: the
+        batch's ``(position_ids, 4-D additive attention mask)``."""
         llama = self.model.model
         if logits_mask is not None:
             # causal: no kept logit depends on a later position, so the columns after the last kept
             # one (at least the final token, only ever a target) need no compute at all
             end = int(logits_mask.any(0).nonzero().max()) + 1
             input_ids, logits_mask = input_ids[:, :end], logits_mask[:, :end]
+            if packed is not None:
+                packed = (packed[0][:, :end], packed[1][..., :end, :end])
         batch, length = input_ids.shape
         x = llama.embed_tokens(input_ids)
         cos, sin = self._rotary_tables(length, x.device, x.dtype)
+        mask = None
+        if packed is not None:  # each token rotated by its position in its own example: [batch, 1, L, D]
+            positions, mask = packed
+            cos, sin = F.embedding(positions, cos)[:, None], F.embedding(positions, sin)[:, None]
         layers = llama.layers[: self.model.config.num_hidden_layers]
         for i, layer in enumerate(layers):
             if logits_mask is not None and i == len(layers) - 1:
-                x = self._last_layer(layer, x, cos, sin, logits_mask)
+                x = self._last_layer(layer, x, cos, sin, logits_mask, mask)
             else:
-                x = self._layer(layer, x, cos, sin)
+                x = self._layer(layer, x, cos, sin, mask)
         x = _rms_norm(x, llama.norm)
         return self.model.lm_head(x)
 
-    def _layer(self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def _layer(self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
         batch, length, hidden = x.shape
         attn = layer.self_attn
         x = x.view(batch * length, hidden)
@@ -189,7 +208,9 @@ class LlamaTrainingForward:
                 qk = qkv[:, :, : self.num_heads + self.num_kv_heads].transpose(1, 2)
             v = v.transpose(1, 2)
             q, k = _rope(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling, enable_gqa=self.gqa)
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, scale=attn.scaling, enable_gqa=self.gqa
+        )
         x = self._linear(attn.o_proj, o.transpose(1, 2).reshape(batch * length, -1), x)
         x = self._mlp(layer.mlp, _rms_norm(x, layer.post_attention_layernorm), x)
         return x.view(batch, length, hidden)
@@ -214,11 +235,14 @@ class LlamaTrainingForward:
             return attn.q_norm(q), attn.k_norm(k)
         return _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
 
-    def _last_layer(self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, keep: Tensor) -> Tensor:
+    def _last_layer(
+        self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, keep: Tensor, mask: Tensor | None
+    ) -> Tensor:
         """The last layer at the kept positions only: returns their outputs, ``[n, hidden]``.
 
         Each row's kept positions are packed to the left (``width`` = the most any row keeps);
-        their queries attend to every position up to their own.
+        their queries attend to every position up to their own (a packed batch: the rows of its
+        ``mask`` at those positions). ``cos``/``sin``: ``[L, D]``, or ``[batch, 1, L, D]`` per token.
         """
         batch, length, hidden = x.shape
         attn = layer.self_attn
@@ -239,10 +263,17 @@ class LlamaTrainingForward:
         q = self._linear(attn.q_proj, h.index_select(0, rows)).view(batch, width, -1, self.head_dim)
         q, k = self._head_norms(attn, q, k)
         k, v = _rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
-        q = _rope(q.transpose(1, 2), F.embedding(slots, cos)[:, None], F.embedding(slots, sin)[:, None])
-        causal = torch.arange(length, device=x.device) <= slots[..., None]  # [batch, width, length]
+        if mask is None:
+            q_cos, q_sin = F.embedding(slots, cos)[:, None], F.embedding(slots, sin)[:, None]
+            allowed = (torch.arange(length, device=x.device) <= slots[..., None])[:, None]  # [B, 1, W, L]
+        else:  # the kept positions' own tables and mask rows
+            index = slots[:, None, :, None]
+            q_cos = cos.gather(2, index.expand(-1, -1, -1, cos.shape[-1]))
+            q_sin = sin.gather(2, index.expand(-1, -1, -1, sin.shape[-1]))
+            allowed = mask.gather(2, index.expand(-1, -1, -1, length))
+        q = _rope(q.transpose(1, 2), q_cos, q_sin)
         o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=causal[:, None], scale=attn.scaling, enable_gqa=self.gqa
+            q, k, v, attn_mask=allowed, scale=attn.scaling, enable_gqa=self.gqa
         )
         o = o.transpose(1, 2).reshape(batch * width, -1).index_select(0, valid)
         kept = keep.flatten().nonzero().squeeze(1)  # the same tokens, in the same (row-major) order
@@ -291,6 +322,12 @@ def training_forward(model: Any, exact: bool = False) -> LlamaTrainingForward | 
         and getattr(config, "head_dim", None) in (None, config.hidden_size // config.num_attention_heads)
     )
     return LlamaTrainingForward(model, exact=exact) if plain else None
+
+
+def _packed_mask(mask: Tensor | None, shape: torch.Size) -> bool:
+    """Whether ``mask`` is the packing collators' form: additive float ``[batch, 1, L, L]``."""
+    batch, length = shape
+    return mask is not None and mask.is_floating_point() and tuple(mask.shape) == (batch, 1, length, length)
 
 
 def _rms_norm(x: Tensor, norm: nn.Module) -> Tensor:

@@ -57,10 +57,8 @@ def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[Tensor, Tensor]
 
     A packed batch (``segments``: each token's sequence) gives them per sequence instead.
     """
-    if "segments" in batch:
-        return _packed_completion_logps(model, batch)
     if isinstance(model, AdapterDisabledReference):  # the policy's own (lean) forward, adapters off
-        base = model.lean_base(batch["input_ids"], batch["attention_mask"])
+        base = model.lean_base(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"))
         if base is not None:  # the lean forward reads the base alone: no flags toggled
             with torch.no_grad():
                 return completion_logps(base, batch)
@@ -68,34 +66,20 @@ def completion_logps(model: Any, batch: dict[str, Any]) -> tuple[Tensor, Tensor]
             return completion_logps(model.inner, batch)
     ids, mask = batch["input_ids"], batch["completion_mask"]
     scored = mask[:, 1:].bool()
+    inputs = {"input_ids": ids, "attention_mask": batch["attention_mask"]}
+    if "segments" in batch:
+        inputs["position_ids"] = batch["position_ids"]
     if isinstance(model, LlamaTrainingForward):  # logits only where scored (exact: all, then picked)
         keep = torch.zeros_like(mask, dtype=torch.bool)
         keep[:, :-1] = scored
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], logits_mask=keep).logits
+        logits = model(**inputs, logits_mask=keep).logits
     else:
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits
-        logits = logits[:, :-1][scored]
-    per_token = torch.zeros(scored.shape, dtype=torch.float32, device=ids.device)
-    per_token[scored] = selective_log_softmax(logits, ids[:, 1:][scored])
-    return per_token.sum(-1), scored.sum(-1).float()
-
-
-def _packed_completion_logps(model: Any, batch: dict[str, Any]) -> tuple[Tensor, Tensor]:
-    """Per-sequence completion sums and lengths of a packed batch (``preference_packed``)."""
-    if isinstance(model, AdapterDisabledReference):
-        with model.disabled():
-            return _packed_completion_logps(model.inner, batch)
-    ids, mask = batch["input_ids"], batch["completion_mask"]
-    scored = mask[:, 1:].bool()
-    inputs = {
-        "input_ids": ids,
-        "attention_mask": batch["attention_mask"],
-        "position_ids": batch["position_ids"],
-    }
-    if not isinstance(model, LlamaTrainingForward):  # which forwards the model's own with position ids
-        inputs["use_cache"] = False
-    logits = model(**inputs).logits[:, :-1][scored]
+        logits = model(**inputs, use_cache=False).logits[:, :-1][scored]
     per_token = selective_log_softmax(logits, ids[:, 1:][scored])
+    if "segments" not in batch:
+        per_row = torch.zeros(scored.shape, dtype=torch.float32, device=ids.device)
+        per_row[scored] = per_token
+        return per_row.sum(-1), scored.sum(-1).float()
     owner = batch["segments"][:, 1:][scored]  # the sequence of each scored (target) token
     n = int(batch["num_sequences"])
     sums = torch.zeros(n, dtype=torch.float32, device=ids.device).index_add(0, owner, per_token)
