@@ -419,11 +419,19 @@ class GRPOTrainer(BaseTrainer):
         """This step's round: generated here, or taken from the producer (with its wait times)."""
         if self.producer is None:
             return self.collect(self.step, self.step), {}
+        snapshot = 0.0
+        if self.max_staleness == 0 and self.step > self.producer.start:
+            # lockstep: the policy goes to the thread only now, so that it never generates while
+            # the trainer evaluates or saves between two steps (an engine sharing the policy)
+            ts = time.perf_counter()
+            self._publish(self.step)
+            snapshot = time.perf_counter() - ts
         rnd, trainer_wait, producer_wait = self.producer.take(self.step)
         return rnd, {
             "async/staleness": float(self.step - rnd.version),
             "async/trainer_wait_s": trainer_wait,
             "async/producer_wait_s": producer_wait,
+            "async/snapshot_s": snapshot,
         }
 
     def train_step(self) -> dict[str, float]:
@@ -490,7 +498,7 @@ class GRPOTrainer(BaseTrainer):
                 if self.producer is None or self.shared_engine:  # else: one snapshot per round
                     self.sync_weights()
                 sync_time += time.perf_counter() - ts
-        if self.producer is not None:
+        if self.producer is not None and self.max_staleness:  # the weights of round step + 1 + k
             ts = time.perf_counter()
             self._publish(self.step + 1)
             metrics["async/snapshot_s"] = time.perf_counter() - ts
@@ -620,6 +628,10 @@ class GRPOTrainer(BaseTrainer):
                 f"generated with max_staleness={saved['max_staleness']}; resume with that value."
             )
         self._restored_rounds = list(saved["rounds"]) if saved is not None else []
+        device = self.strategy.device  # a checkpoint loads on the CPU
+        for rnd in self._restored_rounds:
+            rnd.rollout = rnd.rollout.to(device)
+            rnd.drawn = [r.to(device) for r in rnd.drawn]
 
     def setup(self) -> None:
         self.sync_weights()  # a resumed policy's weights into a separate engine
