@@ -187,6 +187,10 @@ class ExperimentBuilder:
 
         if is_adapted(policy):  # engines run plain models: a merged copy, synced after each update
             policy = merged_copy(policy).eval()
+        elif trainer_cls.engine_on_copy(settings):  # generates while the policy trains (async GRPO)
+            import copy
+
+            policy = copy.deepcopy(policy).eval().requires_grad_(False)
         return ENGINES.build(spec, "engine", model=policy, tokenizer=tokenizer)
 
 

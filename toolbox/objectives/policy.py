@@ -11,6 +11,7 @@ over the *completion* tokens (the prompt is not part of them)::
         ref_logprobs=ref_logps,        # frozen reference (when beta > 0)      [B, T]
         entropy=entropy,               # per-token entropy (when entropy_coef) [B, T]
         max_completion_length=16,      # the sampler's token limit (dr_grpo's L, unless set)
+        is_weights=w,                  # truncated importance weights π_old/π_sampler (or None) [B, T]
     )
     out = objective(batch)             # LossOutput: loss_sum / num_items is the loss
     (out.loss_sum / out.num_items).backward()
@@ -56,6 +57,9 @@ class PolicyBatch:
     ref_logprobs: Tensor | None = None
     entropy: Tensor | None = None
     max_completion_length: int | None = None  # the rollout's limit: dr_grpo's L when the objective sets none
+    is_weights: Tensor | None = (
+        None  # per-token loss weights π_old/π_sampler, truncated (toolbox.rl.importance)
+    )
 
 
 def aggregate(
@@ -223,6 +227,8 @@ class ClippedPolicyLoss(PolicyObjective):
             )
         ratio = torch.exp(log_ratio)
         per_token = self._per_token_loss(ratio, logps, logps - old, adv, mask)
+        if batch.is_weights is not None:  # off-policy correction of the sampler (before the KL, as TRL)
+            per_token = per_token * batch.is_weights.to(per_token.dtype)
         metrics: dict[str, float] = {}
         if self.top_entropy_quantile < 1.0:
             if batch.entropy is None:

@@ -89,13 +89,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         return {"name": "torch", "max_batch_size": rows}
 
     @torch.no_grad()
-    def rollout(self, examples: list[dict[str, Any]], draw: int = 0) -> TextRollout:
+    def rollout(
+        self, examples: list[dict[str, Any]], draw: int = 0, round_index: int | None = None
+    ) -> TextRollout:
         """``num_generations`` episodes per task; the rollout holds their rewards already."""
         params = SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
-        round_seed = (self.context.seed * 1_000_003 + self.step * 10_007) % 2**62
-        if draw:
-            round_seed = (round_seed ^ (draw * 0x9E3779B97F4A7C15)) % 2**62
-        with self.eval_mode(self.policy):
+        round_index = self.step if round_index is None else round_index
+        round_seed = self.round_seed(round_index, draw)
+        with self.generation_mode():
             episodes = self.runner.run(
                 examples, self.num_generations, replace(params), round_seed if self.seed_sampling else None
             )
@@ -110,7 +111,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         )
         rollout.rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         self.last_episodes = episodes
-        self._trace(episodes)
+        self._trace(episodes, round_index)
         return rollout
 
     def score(self, rollout: TextRollout) -> dict[str, float]:
@@ -136,7 +137,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             metrics[f"episodes/{name}"] = sum(values) / len(values)
         return metrics
 
-    def _trace(self, episodes: list[Episode]) -> None:
+    def _trace(self, episodes: list[Episode], round_index: int) -> None:
         if self.traces is None or not self.context.is_main:
             return
         from toolbox.rl.episode_trace import trace_episodes
@@ -146,9 +147,10 @@ class AgentGRPOTrainer(GRPOTrainer):
             path = Path(self.context.run_dir) / self.traces
             path.parent.mkdir(parents=True, exist_ok=True)
             self.tracer = Tracer(path, flush_every=1 << 20)
-        trace_episodes(self.tracer, episodes, self.step + 1, model="policy")
+        trace_episodes(self.tracer, episodes, round_index + 1, model="policy")
 
     def teardown(self) -> None:
+        self.stop_producer()  # it may be tracing a round
         if self.tracer is not None:
             self.tracer.close()
             self.tracer = None

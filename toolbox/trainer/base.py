@@ -151,6 +151,11 @@ class BaseTrainer(ABC):
         """The engine spec of a trainer that ``uses_engine`` when the run selects none."""
         return {"name": "torch"}
 
+    @classmethod
+    def engine_on_copy(cls, settings: dict[str, Any]) -> bool:
+        """Whether the engine needs its own copy of the policy (it generates while the policy trains)."""
+        return False
+
     # the skeleton ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         try:

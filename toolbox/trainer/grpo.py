@@ -16,6 +16,13 @@ One ``train_step`` is one rollout round::
     sync      the engine sees the new weights: the default torch engine shares the policy's parameters
               (nothing is copied); any other engine gets ``update_weights`` after each optimizer step
 
+With ``max_staleness`` set, rollouts are generated beside training (``toolbox.rl.producer``): a
+thread generates rounds t+1 .. t+k with an engine on its own copy of the policy while the trainer
+updates on round t, round r always with the policy after r − k updates (k = 0: the synchronous
+algorithm, bit for bit); ``importance_sampling_correction`` weights each token's loss by the
+truncated ratio π_old/π_sampler of the engine's sampling log-probs (``toolbox.rl.importance``).
+Both are described in ``docs/post_training.md`` (Asynchronous GRPO).
+
 One step's files, in order: ``data/loader.py`` · ``rl/rollouts.py`` → ``serving/engine.py`` →
 ``serving/engines/torch_engine.py`` (runner, scheduler) · ``rewards/composite.py`` · ``rl/advantages.py``
 (``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py`` → ``trainer/base.py``
@@ -26,11 +33,12 @@ entropy, completion lengths, timings, rollout tokens/s (``sampling/*``: dynamic 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -47,6 +55,8 @@ from toolbox.objectives.policy import PolicyBatch
 from toolbox.rewards.composite import CompositeReward
 from toolbox.rl.advantages import GroupEstimator
 from toolbox.rl.dynamic_sampling import fill_informative
+from toolbox.rl.importance import IMPORTANCE_MODES, ImportanceMode, importance_weights
+from toolbox.rl.producer import RolloutProducer
 from toolbox.rl.rollouts import TextRollout
 from toolbox.serving.engine import SamplingParams
 from toolbox.trainer.base import BaseTrainer
@@ -62,6 +72,28 @@ DEFAULT_REWARDS = {"correct": {"name": "numeric_match"}}
 def _as_examples(examples: list[Any]) -> list[Any]:
     """The loader's collate: a round's examples stay a list of dicts."""
     return examples
+
+
+@dataclass
+class Round:
+    """One round's scored rollout, as generated (by the trainer itself or the producer thread).
+
+    ``version``: the policy version (updates done) that generated it; ``drawn``: every prompt
+    batch drawn for it (dynamic sampling draws several), for the ROLLOUT_END events; ``loader`` and
+    ``reward_errors``: the loader position and reward error counts right after it was drawn, what
+    a checkpoint holding the queued rounds restores.
+    """
+
+    index: int
+    version: int
+    rollout: TextRollout
+    metrics: dict[str, float]
+    rollout_time: float
+    reward_time: float
+    generated: float
+    drawn: list[TextRollout] = field(default_factory=list)
+    loader: dict[str, Any] = field(default_factory=dict)
+    reward_errors: dict[str, int] = field(default_factory=dict)
 
 
 @TRAINERS.register("grpo")
@@ -99,6 +131,15 @@ class GRPOTrainer(BaseTrainer):
         dynamic_sampling: DAPO's dynamic sampling (toolbox.rl.dynamic_sampling): train each round
             on groups whose rewards differ, drawing further prompts to fill ``prompts_per_step``.
         max_sampling_draws: the most prompt batches a round draws with dynamic_sampling.
+        max_staleness: generate rollouts beside training (``toolbox.rl.producer``): round r is
+            generated with the policy after r − max_staleness updates while the trainer updates
+            on earlier rounds (null: in the training loop, as always; 0: in the producer thread,
+            the same numbers bit for bit; >= 1: overlapped, with an engine on a copy of the policy).
+        importance_sampling_correction: weight each token's loss by π_old/π_sampler from the
+            engine's sampling log-probs, truncated (TRL's vllm_importance_sampling_correction).
+        importance_sampling_mode: token_truncate, token_mask, sequence_truncate or sequence_mask
+            (``toolbox.rl.importance``).
+        importance_sampling_cap: the truncation (or masking) threshold of the ratio.
     """
 
     objective_family = PolicyObjective
@@ -132,6 +173,10 @@ class GRPOTrainer(BaseTrainer):
         activation_checkpointing: bool = False,
         dynamic_sampling: bool = False,
         max_sampling_draws: AtLeastOne = 4,
+        max_staleness: NonNegativeInt | None = None,
+        importance_sampling_correction: bool = False,
+        importance_sampling_mode: ImportanceMode = "token_truncate",
+        importance_sampling_cap: PositiveFloat = 3.0,
     ) -> None:
         super().__init__(
             parts,
@@ -187,11 +232,57 @@ class GRPOTrainer(BaseTrainer):
         self.needs_reference = self.objective.needs_reference
         self.reference = parts.reference_model if self.needs_reference else None  # (uses_reference)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self._check_async(max_staleness, importance_sampling_mode, importance_sampling_cap)
+        mode = getattr(getattr(self.engine, "batcher", None), "logprobs_mode", None)
+        if importance_sampling_correction and mode == "raw" and temperature != 1.0:
+            raise ConfigError(
+                f"trainer.importance_sampling_correction at temperature {temperature} needs the "
+                "engine's log-probs of the sampled distribution; set engine.logprobs_mode=processed."
+            )
+        self.max_staleness = max_staleness
+        self.is_correction = importance_sampling_correction
+        self.is_mode = importance_sampling_mode
+        self.is_cap = importance_sampling_cap
+        self.producer: RolloutProducer[Round] | None = None
+        self._restored_rounds: list[Round] = []
+        self._last_round: Round | None = None
+        self._threads = torch.get_num_threads()
+
+    def _check_async(self, max_staleness: int | None, mode: str, cap: float) -> None:
+        if max_staleness is not None and max_staleness < 0:
+            raise ConfigError(
+                f"trainer.max_staleness: {max_staleness}; set null (no producer thread) or >= 0."
+            )
+        if max_staleness is not None and not self.seed_sampling:
+            raise ConfigError(
+                "trainer.max_staleness needs trainer.seed_sampling=true (a thread's draws must not "
+                "depend on the global random state); set it or max_staleness=null."
+            )
+        if max_staleness and self.shared_engine:
+            raise ConfigError(
+                "trainer.max_staleness >= 1 needs an engine on its own copy of the policy, but the "
+                "engine shares it; build the trainer through ExperimentBuilder (it copies the policy)."
+            )
+        if mode not in IMPORTANCE_MODES:
+            raise ConfigError(
+                f"trainer.importance_sampling_mode: {mode!r}; choose one of {', '.join(IMPORTANCE_MODES)}."
+            )
+        if cap <= 0:
+            raise ConfigError(f"trainer.importance_sampling_cap: {cap}; it must be > 0 (TRL's default: 3.0).")
 
     @classmethod
     def default_engine(cls, settings: dict[str, Any]) -> dict[str, Any]:
-        """Without an ``engine`` node: the torch engine on the policy, one slot per rollout row."""
-        return {"name": "torch", "max_batch_size": settings["prompts_per_step"] * settings["num_generations"]}
+        """Without an ``engine`` node: the torch engine on the policy, one slot per rollout row
+        (reporting the log-probs of the temperature-scaled distribution when they correct the loss)."""
+        spec = {"name": "torch", "max_batch_size": settings["prompts_per_step"] * settings["num_generations"]}
+        if settings.get("importance_sampling_correction"):
+            spec["logprobs_mode"] = "processed"
+        return spec
+
+    @classmethod
+    def engine_on_copy(cls, settings: dict[str, Any]) -> bool:
+        """With ``max_staleness`` >= 1 the engine generates while the policy trains: its own copy."""
+        return bool(settings.get("max_staleness"))
 
     # one round ------------------------------------------------------------------------------------
     def _prompt_ids(self, example: dict[str, Any]) -> list[int]:
@@ -200,22 +291,33 @@ class GRPOTrainer(BaseTrainer):
         text = example[self.prompt_field]
         return [self.tokenizer.bos_token_id, *self.tokenizer.encode(text, add_special_tokens=False)]
 
+    def round_seed(self, round_index: int, draw: int = 0) -> int:
+        """The sampling seed of a round's ``draw`` (draw > 0: dynamic sampling's further draws)."""
+        seed = (self.context.seed * 1_000_003 + round_index * 10_007) % 2**62
+        return (seed ^ (draw * 0x9E3779B97F4A7C15)) % 2**62 if draw else seed
+
+    def generation_mode(self) -> contextlib.AbstractContextManager[Any]:
+        """The policy in eval mode while an engine sharing it generates (a copy needs nothing)."""
+        return self.eval_mode(self.policy) if self.shared_engine else contextlib.nullcontext()
+
     @torch.no_grad()
-    def rollout(self, examples: list[dict[str, Any]], draw: int = 0) -> TextRollout:
+    def rollout(
+        self, examples: list[dict[str, Any]], draw: int = 0, round_index: int | None = None
+    ) -> TextRollout:
         """Sample ``num_generations`` completions per example and build the rollout (no rewards yet);
-        ``draw`` > 0 is a further draw of the same round (dynamic sampling), seeded apart."""
+        ``draw`` > 0 is a further draw of the same round (dynamic sampling), seeded apart;
+        ``round_index``: the round it is for (default: the current step)."""
         base = SamplingParams(
             max_tokens=self.max_completion_length,
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
             n=self.num_generations,
+            logprobs=self.is_correction,
         )
         prompt_ids = [self._prompt_ids(ex) for ex in examples]
-        round_seed = (self.context.seed * 1_000_003 + self.step * 10_007) % 2**62
-        if draw:
-            round_seed = (round_seed ^ (draw * 0x9E3779B97F4A7C15)) % 2**62
-        with self.eval_mode(self.policy):
+        round_seed = self.round_seed(self.step if round_index is None else round_index, draw)
+        with self.generation_mode():
             if self.seed_sampling and self.engine.supports_submit:
                 # one request per prompt, each with its own seed, all in the running batch at once
                 handles = [
@@ -278,28 +380,69 @@ class GRPOTrainer(BaseTrainer):
         if refs:
             rollout.ref_logprobs = torch.cat(refs)
 
-    def _draw(self, draw: int, times: list[float]) -> tuple[TextRollout, dict[str, float]]:
+    def _draw(
+        self, draw: int, times: list[float], round_index: int, drawn: list[TextRollout]
+    ) -> tuple[TextRollout, dict[str, float]]:
         """A prompt batch sampled and scored; ``times`` += rollout s, reward s, generated tokens."""
         t = time.perf_counter()
-        rollout = self.rollout(self.loader.next_batch(), draw)
+        rollout = self.rollout(self.loader.next_batch(), draw, round_index)
         times[0] += time.perf_counter() - t
         times[2] += float(rollout.completion_lengths.sum())
         t = time.perf_counter()
         metrics: dict[str, float] = dict(self.score(rollout))
         metrics.update(rollout.metrics())
         times[1] += time.perf_counter() - t
-        self.bus.emit(Event.ROLLOUT_END, self, self.step + 1, rollout=rollout)
+        drawn.append(rollout)
         return rollout, metrics
+
+    def collect(self, round_index: int, version: int) -> Round:
+        """Round ``round_index``: its prompt batch(es) sampled and scored by the engine as it is."""
+        times = [0.0, 0.0, 0.0]  # rollout seconds, reward seconds, generated tokens
+        drawn: list[TextRollout] = []
+        rollout, metrics = self._draw(0, times, round_index, drawn)
+        if self.dynamic_sampling:
+            more = (self.prompts_per_step, self.max_sampling_draws, self.pad_token_id)
+            draw_more = lambda i: self._draw(i, times, round_index, drawn)[0]  # noqa: E731
+            rollout, stats = fill_informative(rollout, draw_more, *more)
+            metrics.update(stats)
+        return Round(
+            round_index, version, rollout, metrics, *times, drawn=drawn,
+            loader=self.loader.state_dict(), reward_errors=dict(self.reward.errors),
+        )  # fmt: skip
+
+    def _produce(self, round_index: int, version: int) -> Round:
+        """``collect`` in the producer thread (with the trainer's intra-op thread count)."""
+        torch.set_num_threads(self._threads)
+        return self.collect(round_index, version)
+
+    def _next_round(self) -> tuple[Round, dict[str, float]]:
+        """This step's round: generated here, or taken from the producer (with its wait times)."""
+        if self.producer is None:
+            return self.collect(self.step, self.step), {}
+        snapshot = 0.0
+        if self.max_staleness == 0 and self.step > self.producer.start:
+            # lockstep: the policy goes to the thread only now, so that it never generates while
+            # the trainer evaluates or saves between two steps (an engine sharing the policy)
+            ts = time.perf_counter()
+            self._publish(self.step)
+            snapshot = time.perf_counter() - ts
+        rnd, trainer_wait, producer_wait = self.producer.take(self.step)
+        return rnd, {
+            "async/staleness": float(self.step - rnd.version),
+            "async/trainer_wait_s": trainer_wait,
+            "async/producer_wait_s": producer_wait,
+            "async/snapshot_s": snapshot,
+        }
 
     def train_step(self) -> dict[str, float]:
         start = time.perf_counter()
-        times = [0.0, 0.0, 0.0]  # rollout seconds, reward seconds, generated tokens
-        rollout, metrics = self._draw(0, times)
-        if self.dynamic_sampling:
-            more = (self.prompts_per_step, self.max_sampling_draws, self.pad_token_id)
-            rollout, stats = fill_informative(rollout, lambda i: self._draw(i, times)[0], *more)
-            metrics.update(stats)
-        rollout_time, reward_time, generated = times
+        rnd, waits = self._next_round()
+        self._last_round = rnd
+        for drawn in rnd.drawn:
+            self.bus.emit(Event.ROLLOUT_END, self, self.step + 1, rollout=drawn)
+        rollout, metrics = rnd.rollout, dict(rnd.metrics)
+        metrics.update(waits)
+        rollout_time, reward_time, generated = rnd.rollout_time, rnd.reward_time, rnd.generated
 
         t = time.perf_counter()
         self.model.train()
@@ -310,6 +453,7 @@ class GRPOTrainer(BaseTrainer):
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         grad_norms, losses, sync_time, lr = [], [], 0.0, 0.0
+        is_stats: dict[str, list[float]] = defaultdict(list)
         with_entropy = True  # the entropy metric (with grad only when the objective uses it)
         needs_entropy = self.objective.needs_entropy
         for _ in range(self.ppo_epochs):
@@ -320,6 +464,7 @@ class GRPOTrainer(BaseTrainer):
                     micro = mb.select(range(s, min(s + self.micro_batch_size, len(mb))))
                     with self.precision.autocast():
                         logps, entropy = self._logps(self.model, micro, with_entropy)
+                        weights = self._is_weights(micro, logps, is_stats) if self.is_correction else None
                         out = self.objective(
                             PolicyBatch(
                                 logprobs=logps,
@@ -329,6 +474,7 @@ class GRPOTrainer(BaseTrainer):
                                 ref_logprobs=micro.ref_logprobs,
                                 entropy=entropy if needs_entropy or entropy is None else entropy.detach(),
                                 max_completion_length=self.max_completion_length,
+                                is_weights=weights,
                             )
                         )
                     outs.append(out)
@@ -349,10 +495,24 @@ class GRPOTrainer(BaseTrainer):
                             sums[k] += v
                             counts[k] += 1
                 ts = time.perf_counter()
-                self.sync_weights()
+                if self.producer is None or self.shared_engine:  # else: one snapshot per round
+                    self.sync_weights()
                 sync_time += time.perf_counter() - ts
+        if self.producer is not None and self.max_staleness:  # the weights of round step + 1 + k
+            ts = time.perf_counter()
+            self._publish(self.step + 1)
+            metrics["async/snapshot_s"] = time.perf_counter() - ts
         update_time = time.perf_counter() - t
         metrics.update({k: sums[k] / counts[k] for k in sums})
+        if is_stats:
+            metrics.update(
+                {
+                    "is/ratio_mean": sum(is_stats["is/ratio_mean"]) / len(is_stats["is/ratio_mean"]),
+                    "is/ratio_min": min(is_stats["is/ratio_min"]),
+                    "is/ratio_max": max(is_stats["is/ratio_max"]),
+                    "is/clip_fraction": sum(is_stats["is/clip_fraction"]) / len(is_stats["is/clip_fraction"]),
+                }
+            )
         tokens = int(rollout.completion_lengths.sum())
         step_time = time.perf_counter() - start
         metrics.update(
@@ -373,6 +533,65 @@ class GRPOTrainer(BaseTrainer):
         )
         return metrics
 
+    def _is_weights(
+        self, micro: TextRollout, logps: torch.Tensor, stats: dict[str, list[float]]
+    ) -> torch.Tensor:
+        """Truncated importance weights π_old/π_sampler of a micro-batch (π_old: the old log-probs,
+        or this forward's when the round has one update, which are the same numbers)."""
+        if micro.sampling_logprobs is None:
+            raise ConfigError(
+                "trainer.importance_sampling_correction needs the engine's sampling log-probs, but "
+                "the engine reported none; use an engine that reports logprobs (torch, vllm)."
+            )
+        old = micro.old_logprobs if micro.old_logprobs is not None else logps.detach()
+        weights, batch_stats = importance_weights(
+            old.float(), micro.sampling_logprobs, micro.completion_mask, self.is_mode, self.is_cap
+        )
+        for k, v in batch_stats.items():
+            stats[k].append(v)
+        return weights
+
+    # asynchronous rollouts -----------------------------------------------------------------------
+    def weights_snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of the policy's weights as the engine loads them (merged for an adapted policy)."""
+        if is_adapted(self.policy):
+            return {k: v.detach().clone() for k, v in merged_state_dict(self.policy).items()}
+        return {n: p.detach().clone() for n, p in self.policy.named_parameters()}
+
+    def _publish(self, version: int) -> None:
+        """The policy after ``version`` updates, for the rounds generated with it."""
+        if not self.producer.needs(version):
+            return
+        self.producer.publish(version, None if self.shared_engine else self.weights_snapshot())
+
+    def _load_engine_weights(self, snapshot: dict[str, torch.Tensor] | None) -> None:
+        if snapshot is None:  # an engine sharing the policy: it only refreshes derived copies
+            self.engine.weights_updated()
+        else:
+            self.engine.update_weights(snapshot)
+
+    def start_producer(self) -> None:
+        """Start the rollout thread at the current step (with the rounds a checkpoint held)."""
+        try:
+            self.producer = RolloutProducer(
+                self._produce,
+                self._load_engine_weights,
+                max_staleness=self.max_staleness,
+                start=self.step,
+                end=self.max_steps,
+                queued=self._restored_rounds,
+            )
+        except ValueError as e:
+            raise ConfigError(
+                f"trainer.max_staleness: {e}; resume with the max_staleness it was saved with."
+            ) from None
+        self._restored_rounds = []
+
+    def stop_producer(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
+            self.producer = None
+
     def sync_weights(self) -> None:
         """Make the engine generate with the current policy (a no-op for an engine sharing it)."""
         if self.shared_engine:
@@ -386,15 +605,40 @@ class GRPOTrainer(BaseTrainer):
 
     # state ----------------------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
-        return {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
+        if self.producer is None:
+            return {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
+        # the thread draws ahead: the position after the last queued round is the one to restore
+        queued = self.producer.queued(self.step)
+        last = queued[-1] if queued else self._last_round
+        if last is None:
+            return {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
+        return {
+            "loader": dict(last.loader),
+            "reward_errors": dict(last.reward_errors),
+            "async": {"max_staleness": self.max_staleness, "rounds": queued},
+        }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["loader"])
         self.reward.errors.update(state.get("reward_errors", {}))
+        saved = state.get("async")
+        if saved is not None and saved["rounds"] and saved["max_staleness"] != self.max_staleness:
+            raise ConfigError(
+                f"trainer.max_staleness: {self.max_staleness}, but the checkpoint holds rounds "
+                f"generated with max_staleness={saved['max_staleness']}; resume with that value."
+            )
+        self._restored_rounds = list(saved["rounds"]) if saved is not None else []
+        device = self.strategy.device  # a checkpoint loads on the CPU
+        for rnd in self._restored_rounds:
+            rnd.rollout = rnd.rollout.to(device)
+            rnd.drawn = [r.to(device) for r in rnd.drawn]
 
     def setup(self) -> None:
         self.sync_weights()  # a resumed policy's weights into a separate engine
+        if self.max_staleness is not None:
+            self.start_producer()
 
     def teardown(self) -> None:
+        self.stop_producer()
         if self.engine is not None:
             self.engine.shutdown()

@@ -53,3 +53,17 @@ def test_resumed_run_says_so(trainer, drive):
     d.fit_end()
     out = buf.getvalue()
     assert "resumed from step 8" in out and "step 10/10" in out and "finished at step 10/10" in out
+
+
+def test_async_grpo_fields_are_shown_when_logged(trainer, drive):
+    buf = io.StringIO()
+    cb = ConsoleCallback(log_every=1)
+    cb.console = Console(file=buf, force_terminal=False, width=160)
+    d = drive(Throughput(), cb)
+    d.fit_start()
+    d.step(loss=1.0, lr=3e-4, num_tokens=256, **{"async/staleness": 1.0, "async/trainer_wait_s": 0.25,
+                                                   "is/clip_fraction": 0.125})  # fmt: skip
+    d.step(loss=1.0, lr=3e-4, num_tokens=256)
+    lines = [line for line in buf.getvalue().splitlines() if line.startswith("step ")]
+    assert "stale 1 | wait s 0.25 | is clip 0.125" in lines[0]
+    assert "stale" not in lines[1]  # a synchronous step shows none of them

@@ -69,7 +69,15 @@ class ConsoleCallback(Callback):
 
     def _fields(self, metrics: dict[str, Any]) -> str:
         parts = []
-        for key, label in (("loss", "loss"), ("lr", "lr"), ("tokens_per_s", "tok/s")):
+        shown = (
+            ("loss", "loss"),
+            ("lr", "lr"),
+            ("tokens_per_s", "tok/s"),
+            ("async/staleness", "stale"),  # asynchronous GRPO: updates the batch's policy lags
+            ("async/trainer_wait_s", "wait s"),
+            ("is/clip_fraction", "is clip"),
+        )
+        for key, label in shown:
             if key in metrics:
                 parts.append(f"{label} {fmt(metrics[key])}")
         return " | ".join(parts)
