@@ -1,8 +1,8 @@
-"""A fresh clone evaluates offline: ``git clone`` of this repository into a temporary folder, then
-``toolbox eval --run DIR backend=lm_eval|inspect_ai task=arithmetic`` from the clone's code (the
-existing environment's packages), with the hub variables offline, every connection outside loopback
-recorded and refused (a ``sitecustomize`` of the child process), and, where the machine allows
-``unshare -rn``, in a network namespace of its own (no network at all)."""
+"""A fresh clone evaluates offline: ``git clone`` of this repository (its committed HEAD) into a
+temporary folder, then ``toolbox eval --run DIR backend=lm_eval|inspect_ai task=arithmetic`` from the
+clone's code (the existing environment's packages), with the hub variables offline, every connection
+and name lookup outside loopback recorded and refused (a ``sitecustomize`` of the child process),
+and, where the machine allows ``unshare -rn``, in a network namespace of its own (no network at all)."""
 
 from __future__ import annotations
 
@@ -24,15 +24,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 GUARD = """
 import os, socket
-_connect = socket.socket.connect
-def _guarded(self, address):
+LOCAL = ("127.0.0.1", "::1", "localhost", socket.gethostname())
+def _refuse(what):
+    with open(os.environ["NETWORK_LOG"], "a") as log:
+        log.write(repr(what) + "\\n")
+    raise ConnectionRefusedError(f"offline test: network call to {what}")
+_connect, _getaddrinfo = socket.socket.connect, socket.getaddrinfo
+def _guarded_connect(self, address):
     host = address[0] if isinstance(address, tuple) else address
-    if isinstance(host, str) and host not in ("127.0.0.1", "::1", "localhost") and self.family != socket.AF_UNIX:
-        with open(os.environ["NETWORK_LOG"], "a") as log:
-            log.write(repr(address) + "\\n")
-        raise ConnectionRefusedError(f"offline test: network call to {address}")
+    if isinstance(host, str) and host not in LOCAL and self.family != socket.AF_UNIX:
+        _refuse(address)
     return _connect(self, address)
-socket.socket.connect = _guarded
+def _guarded_getaddrinfo(host, *args, **kwargs):
+    name = host.decode() if isinstance(host, bytes) else host
+    if name is not None and name not in LOCAL:
+        _refuse(name)
+    return _getaddrinfo(host, *args, **kwargs)
+socket.socket.connect = _guarded_connect
+socket.getaddrinfo = _guarded_getaddrinfo
 """
 
 

@@ -55,18 +55,6 @@ def test_through_toolbox_serve_on_loopback(demo_short, offline, tmp_path):
     assert inspect == {INSPECT: own}
 
 
-def test_serve_route_refuses_loglikelihood_clearly(tmp_path):
-    """Over http there are no prompt log-probs: a log-likelihood request names the fix."""
-    from toolbox.core.errors import ConfigError
-    from toolbox.eval.harness.model import harness_model
-
-    harness = harness_model({"name": "http", "base_url": "http://127.0.0.1:9/v1"})
-    with pytest.raises(
-        ConfigError, match="need the model in process; evaluate with engine=hf or engine=torch"
-    ):
-        harness.loglikelihood([("07+45=", "250")])
-
-
 @pytest.mark.slow  # the whole demo: 2,500 steps, minutes on 2 cores
 def test_full_demo_exact_match_equal_in_three_harnesses(tmp_path_factory, offline, tmp_path):
     from toolbox.cli import main

@@ -40,7 +40,6 @@ def write_task(folder, name: str, output_type: str, target: str, metrics: list[s
         "output_type": output_type,
         "doc_to_text": "{{prompt}}",
         "doc_to_target": target,
-        "target_delimiter": "",
         "metric_list": [{"metric": m} for m in metrics],
     }
     path = folder / f"{name}.yaml"
@@ -99,3 +98,15 @@ def test_loglikelihood_rolling_matches_a_forward_pass(demo_short, direct, offlin
         },
         rel=1e-5,
     )
+
+
+def test_loglikelihood_over_http_fails_naming_the_fix(demo_short, tmp_path, capsys):
+    """``toolbox serve`` returns no prompt log-probs: one line naming the in-process engines (before
+    any request: the port here has no server)."""
+    from toolbox.cli import main
+
+    task = write_task(tmp_path, "arith_ll", "loglikelihood", "{{completion}}", ["perplexity"])
+    url = "base_url=http://127.0.0.1:9/v1"
+    assert main(["eval", "--run", str(demo_short), "backend=lm_eval", f"task={task}", url]) == 2
+    err = capsys.readouterr().err
+    assert "need the model in process; evaluate with engine=hf or engine=torch" in err
