@@ -91,6 +91,23 @@ def test_gsm8k_task_from_shared_data(run, offline, tmp_path):
         assert got[f"eval/{backend}/gsm8k/exact_match"] in (0.0, 1 / 3, 2 / 3, 1.0)
 
 
+def test_gsm8k_task_reads_gsm8k_not_an_arithmetic_run(tmp_path):
+    """An arithmetic run's records hold an ``answer`` too: task=gsm8k still reads GSM8K's held-out
+    split from the file; a GSM8K run's own records are used as they are."""
+    from tests.shared_data import require_shared_data
+    from toolbox.data.sources.gsm8k import gsm8k
+    from toolbox.eval.harness.tasks import resolve_task
+
+    data = require_shared_data("gsm8k/train.jsonl")
+    held_out = gsm8k(path=str(data)).test
+    arithmetic = [{"prompt": "07+45=", "completion": "250", "answer": "52"}]
+    task = resolve_task("gsm8k", arithmetic, tmp_path / "a", 3, str(data))
+    assert task.records() == [{"prompt": r["prompt"], "answer": r["answer"]} for r in held_out[:3]]
+    own = held_out[5:7]
+    task = resolve_task("gsm8k", own, tmp_path / "b", None, str(tmp_path / "absent.jsonl"))
+    assert task.records() == [{"prompt": r["prompt"], "answer": r["answer"]} for r in own]
+
+
 def test_gsm8k_without_the_data_names_the_option(run, tmp_path, capsys):
     from toolbox.cli import main
 
