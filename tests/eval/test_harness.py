@@ -17,6 +17,7 @@ TINY = [
     "model.num_layers=1",
     "model.num_heads=2",
     "model.intermediate_size=128",
+    "model.max_position_embeddings=1024",  # a GSM8K prompt (~370 chars) and 256 generated
     "data.source.num_train=2000",
     "data.source.num_test=24",
     "trainer.max_steps=300",
