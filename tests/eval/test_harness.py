@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
+
+from tests.eval.harness_util import run_eval
 
 pytest.importorskip("lm_eval")
 pytest.importorskip("inspect_ai")
@@ -16,6 +17,7 @@ TINY = [
     "model.num_layers=1",
     "model.num_heads=2",
     "model.intermediate_size=128",
+    "model.max_position_embeddings=1024",  # a GSM8K prompt (~370 chars) and 256 generated
     "data.source.num_train=2000",
     "data.source.num_test=24",
     "trainer.max_steps=300",
@@ -37,32 +39,8 @@ def run(tmp_path_factory):
     return run_dir
 
 
-@pytest.fixture
-def offline(monkeypatch):
-    """Hub variables offline, and any connection outside loopback an error."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, "1")
-    connect = socket.socket.connect
-
-    def guarded(self, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if (
-            isinstance(host, str)
-            and host not in ("127.0.0.1", "::1", "localhost")
-            and self.family != socket.AF_UNIX
-        ):
-            raise AssertionError(f"network call to {address}")
-        return connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
-
-
 def _eval(run, *overrides, tmp_path):
-    from toolbox.cli import main
-
-    out = tmp_path / f"eval-{len(list(tmp_path.iterdir()))}.json"
-    assert main(["eval", "--run", str(run), "--out", str(out), *overrides]) == 0
-    return json.loads(out.read_text())
+    return run_eval(run, *overrides, out=tmp_path / f"eval-{len(list(tmp_path.iterdir()))}.json")
 
 
 def test_backends_agree_with_exact_match_offline(run, offline, tmp_path):
@@ -102,15 +80,42 @@ def test_unknown_backend_and_hub_task_fail_clearly(run, tmp_path, capsys):
 
 
 def test_gsm8k_task_from_shared_data(run, offline, tmp_path):
-    from pathlib import Path
+    """GSM8K from the shared data folder (found from any checkout: tests/shared_data.py)."""
+    from tests.shared_data import require_shared_data
 
-    path = Path("../shared/data/gsm8k/train.jsonl")
-    if not path.is_file():
-        pytest.skip(f"{path} is absent (the GSM8K copy of ../shared/data)")
-    got = _eval(run, "backend=lm_eval", "task=gsm8k", "max_examples=3", tmp_path=tmp_path)
-    assert (
-        set(got) == {"eval/lm_eval/gsm8k/exact_match"} and 0.0 <= got["eval/lm_eval/gsm8k/exact_match"] <= 1.0
-    )
+    data = require_shared_data("gsm8k/train.jsonl")
+    for backend in ("lm_eval", "inspect_ai"):
+        got = _eval(
+            run, f"backend={backend}", "task=gsm8k", f"gsm8k_path={data}", "max_examples=3", tmp_path=tmp_path
+        )
+        assert set(got) == {f"eval/{backend}/gsm8k/exact_match"}
+        assert got[f"eval/{backend}/gsm8k/exact_match"] in (0.0, 1 / 3, 2 / 3, 1.0)
+
+
+def test_gsm8k_task_reads_gsm8k_not_an_arithmetic_run(tmp_path):
+    """An arithmetic run's records hold an ``answer`` too: task=gsm8k still reads GSM8K's held-out
+    split from the file; a GSM8K run's own records are used as they are."""
+    from tests.shared_data import require_shared_data
+    from toolbox.data.sources.gsm8k import gsm8k
+    from toolbox.eval.harness.tasks import resolve_task
+
+    data = require_shared_data("gsm8k/train.jsonl")
+    held_out = gsm8k(path=str(data)).test
+    arithmetic = [{"prompt": "07+45=", "completion": "250", "answer": "52"}]
+    task = resolve_task("gsm8k", arithmetic, tmp_path / "a", 3, str(data))
+    assert task.records() == [{"prompt": r["prompt"], "answer": r["answer"]} for r in held_out[:3]]
+    own = held_out[5:7]
+    task = resolve_task("gsm8k", own, tmp_path / "b", None, str(tmp_path / "absent.jsonl"))
+    assert task.records() == [{"prompt": r["prompt"], "answer": r["answer"]} for r in own]
+
+
+def test_gsm8k_without_the_data_names_the_option(run, tmp_path, capsys):
+    from toolbox.cli import main
+
+    missing = tmp_path / "nowhere" / "train.jsonl"
+    assert main(["eval", "--run", str(run), "backend=lm_eval", "task=gsm8k", f"gsm8k_path={missing}"]) != 0
+    err = capsys.readouterr().err
+    assert f"{missing} does not exist" in err and "set gsm8k_path=FILE" in err
 
 
 def test_callback_writes_the_benchmark_curve(run):

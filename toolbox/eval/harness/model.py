@@ -65,6 +65,7 @@ class HarnessModel:
     def loglikelihood(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[float, bool]]:
         """For each (context, continuation): the continuation's summed log-prob after the context, and
         whether greedy decoding would have produced exactly it."""
+        self._weights()  # before any tokenizing: over http there may be no tokenizer either
         results = []
         for context, continuation in pairs:
             ctx = self.prompt_ids(context)
@@ -75,6 +76,7 @@ class HarnessModel:
     @torch.no_grad()
     def loglikelihood_rolling(self, texts: Sequence[str]) -> list[float]:
         """Each text's summed log-prob, every token after bos (one window: the tiny models' context)."""
+        self._weights()
         bos = self.prompt_ids("")
         return [self._score(bos, self.tokenizer.encode(t, add_special_tokens=False))[0] for t in texts]
 

@@ -120,11 +120,13 @@ def _run_records(task: str, records: list[dict[str, Any]] | None) -> list[dict[s
 
 
 def _gsm8k_records(records: list[dict[str, Any]] | None, path: str) -> list[dict[str, Any]]:
-    if records and {"prompt", "answer"} <= set(records[0]):
+    from toolbox.data.sources.gsm8k import FINAL, gsm8k
+
+    # the run's own records where it trains on GSM8K (worked answers ending "#### <number>"); an
+    # arithmetic run's records also hold an ``answer``, but they are not GSM8K
+    if records and all("answer" in r and FINAL in str(r.get("completion", "")) for r in records):
         rows = records
     else:
-        from toolbox.data.sources.gsm8k import gsm8k
-
         try:
             rows = gsm8k(path=path).test
         except DataError as err:
