@@ -32,7 +32,7 @@ def episode_records(
     """The records of one finished episode (root first)."""
     trace_id = new_trace_id()
     root = ActionRecord(
-        kind="agent", name=str(getattr(type(episode.env), "_registry_name", type(episode.env).__name__)),
+        kind="agent", name=_env_name(episode),
         id=new_span_id(), trace_id=trace_id, session_id=session_id,
         inputs=chat_to_messages(episode.messages[: episode.opening]),
         outputs=chat_to_messages(episode.messages[-1:]), tools=episode.tools, model=model,
@@ -78,6 +78,13 @@ def episode_records(
                 )  # fmt: skip
             )
     return records
+
+
+def _env_name(episode: Episode) -> str:
+    """The environment's registered name (an episode of an agent program has none: ``agent``)."""
+    if episode.env is None:
+        return "agent"
+    return str(getattr(type(episode.env), "_registry_name", type(episode.env).__name__))
 
 
 def trace_episodes(tracer: Tracer, episodes: list[Episode], step: int, model: str | None = None) -> None:
