@@ -143,9 +143,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         from toolbox.tracing.tracer import Tracer
 
         if self.tracer is None:
+            from toolbox.rl.episode_trace import forget_rounds_after
+
             path = Path(self.context.run_dir) / self.traces
             path.parent.mkdir(parents=True, exist_ok=True)
             self.tracer = Tracer(path, flush_every=1 << 20)
+            # a run resumed from the checkpoint of this step (after a kill) runs the rounds after it
+            # again: the ones its killed process recorded go, so each round is recorded once
+            forget_rounds_after(self.tracer, self.step)
         trace_episodes(self.tracer, episodes, self.step + 1, model="policy")
 
     def teardown(self) -> None:
