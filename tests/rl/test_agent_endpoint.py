@@ -137,3 +137,25 @@ def test_agent_program_past_its_timeout_is_stopped(tmp_path, agent_env):
 def test_missing_command_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.command: the agent program to run"):
         build([*SETTINGS, f"run_dir={tmp_path}"])
+
+
+def test_agent_endpoint_grpo_experiment_runs_agent_py_at_tiny_scale(tmp_path, agent_env, monkeypatch):
+    """experiment=agent_endpoint_grpo from a saved model (a random tiny one here, as agent_sft's
+    would be): one round of agent.py through the endpoint, the tool_calls evaluator at the end."""
+    monkeypatch.chdir(ROOT)  # the experiment names examples/agent_tools/agent.py from the checkout
+    start = build([*SETTINGS, f"run_dir={tmp_path / 'start'}", "trainer.command=[x]"])
+    start.model.save_pretrained(tmp_path / "model")
+    start.tokenizer.save_pretrained(tmp_path / "model")
+    start.trainer.teardown()
+    run = build(["experiment=agent_endpoint_grpo", f"model.path={tmp_path / 'model'}",
+                 f"tokenizer.path={tmp_path / 'model'}", "device=cpu", "callbacks=none",
+                 "data.source.num_train=32", "data.source.num_test=4", "trainer.max_steps=1",
+                 "trainer.prompts_per_step=2", "trainer.num_generations=2", "eval.tool_calls.max_examples=2",
+                 "eval.tool_calls.max_new_tokens=8", f"run_dir={tmp_path / 'run'}"])  # fmt: skip
+    metrics = run.trainer.fit()
+    assert run.trainer.step == 1 and "eval/tool_call_success" in metrics
+    assert sorted(p.name for p in (tmp_path / "run" / "agent_runs" / "step1").glob("run*.sqlite")) == [
+        "run0.sqlite",
+        "run1.sqlite",
+    ]
+    assert (tmp_path / "run" / "traces.sqlite").is_file()

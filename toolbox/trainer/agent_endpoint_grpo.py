@@ -13,7 +13,7 @@ another). The episodes' rows, advantages, losses and checkpoints are the agent_g
 ``command`` is a list of arguments; these placeholders are filled in each copy: ``{base_url}``,
 ``{api_key}``, ``{seed}`` (the round's: the same in every copy), ``{tasks}`` (prompts_per_step),
 ``{traces}`` (the copy's trace store, in ``agent_runs/step{N}/`` of the run folder), ``{folder}``
-(that folder), ``{run}`` (the copy's index). ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` are set too, for a client built without
+(that folder), ``{run}`` (the copy's index). A first argument ``python`` is this interpreter. ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` are set too, for a client built without
 arguments. A copy that exits non-zero, or runs past ``timeout_s`` (then it is stopped by PID),
 fails the round with its log's path.
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,8 @@ class AgentEndpointGRPOTrainer(AgentGRPOTrainer):
             values = {"base_url": self.endpoint.base_url(r), "api_key": API_KEY, "seed": seed,
                       "tasks": self.prompts_per_step, "traces": store, "run": r, "folder": folder}  # fmt: skip
             args = [a.format(**values) for a in self.command]
+            if args[0] == "python":  # this interpreter (the one with toolbox installed)
+                args[0] = sys.executable
             env = {**os.environ, "OPENAI_BASE_URL": values["base_url"], "OPENAI_API_KEY": API_KEY}
             log = open(folder / f"run{r}.log", "wb")  # noqa: SIM115 - closed below
             procs.append((subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env), log))
