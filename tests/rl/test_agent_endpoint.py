@@ -139,6 +139,20 @@ def test_missing_command_is_a_one_line_error(tmp_path):
         build([*SETTINGS, f"run_dir={tmp_path}"])
 
 
+def test_an_unknown_placeholder_or_program_is_a_one_line_error(tmp_path):
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer.command: '--url=\{base\}' names \{base\}; the placeholders are \{base_url\}",
+    ):
+        build([*SETTINGS, f"run_dir={tmp_path}", "trainer.command=[agent, '--url={base}']"])
+    parts = build([*SETTINGS, f"run_dir={tmp_path}", f"trainer.command=[{tmp_path}/no_such_agent]"])
+    try:
+        with pytest.raises(Exception, match=r"cannot start '.*no_such_agent': No such file or directory"):
+            parts.trainer.rollout(parts.trainer.loader.next_batch())
+    finally:
+        parts.trainer.teardown()
+
+
 def test_agent_endpoint_grpo_experiment_runs_agent_py_at_tiny_scale(tmp_path, agent_env, monkeypatch):
     """experiment=agent_endpoint_grpo from a saved model (a random tiny one here, as agent_sft's
     would be): one round of agent.py through the endpoint, the tool_calls evaluator at the end."""

@@ -13,7 +13,7 @@ another). The episodes' rows, advantages, losses and checkpoints are the agent_g
 ``command`` is a list of arguments; these placeholders are filled in each copy: ``{base_url}``,
 ``{api_key}``, ``{seed}`` (the round's: the same in every copy), ``{tasks}`` (prompts_per_step),
 ``{traces}`` (the copy's trace store, in ``agent_runs/step{N}/`` of the run folder), ``{folder}``
-(that folder), ``{run}`` (the copy's index). A first argument ``python`` is this interpreter. ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` are set too, for a client built without
+(that folder), ``{run}`` (the copy's index); a literal brace is ``{{`` or ``}}``. A first argument ``python`` is this interpreter. ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` are set too, for a client built without
 arguments. A copy that exits non-zero, or runs past ``timeout_s`` (then it is stopped by PID),
 fails the round with its log's path.
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from toolbox.tracing.record import ActionRecord
 
 API_KEY = "sk-toolbox-agent-endpoint"
+PLACEHOLDERS = ("base_url", "api_key", "seed", "tasks", "traces", "folder", "run")
 
 
 @TRAINERS.register("agent_endpoint_grpo")
@@ -81,6 +82,21 @@ class AgentEndpointGRPOTrainer(AgentGRPOTrainer):
                 "trainer.command: the agent program to run, as a list of arguments "
                 "(e.g. [python, agent.py, --base-url, '{base_url}']); it is missing or not a list."
             )
+        import string
+
+        for arg in command:
+            try:
+                names = {f for _, f, _, _ in string.Formatter().parse(str(arg)) if f is not None}
+            except ValueError as e:
+                raise ConfigError(
+                    f"trainer.command: {arg!r}: {e}; write a literal brace as {{{{ or }}}}."
+                ) from None
+            unknown = sorted(names - set(PLACEHOLDERS))
+            if unknown:
+                raise ConfigError(
+                    f"trainer.command: {arg!r} names {{{unknown[0]}}}; the placeholders are "
+                    f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} (a literal brace: {{{{ or }}}})."
+                )
         if max_tokens < 1 or timeout_s <= 0:
             raise ConfigError(f"trainer: max_tokens={max_tokens}, timeout_s={timeout_s}; both must be > 0.")
         for key in self.config_excludes:
@@ -122,7 +138,18 @@ class AgentEndpointGRPOTrainer(AgentGRPOTrainer):
                 args[0] = sys.executable
             env = {**os.environ, "OPENAI_BASE_URL": values["base_url"], "OPENAI_API_KEY": API_KEY}
             log = open(folder / f"run{r}.log", "wb")  # noqa: SIM115 - closed below
-            procs.append((subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+            try:
+                proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            except OSError as e:
+                log.close()
+                for started, other in procs:
+                    started.kill()
+                    started.wait()
+                    other.close()
+                raise DataError(
+                    f"trainer.command: cannot start {args[0]!r}: {e.strerror}; check the program's path."
+                ) from None
+            procs.append((proc, log))
             stores.append(store)
         deadline = time.monotonic() + self.timeout_s
         failed: tuple[int, str] | None = None
