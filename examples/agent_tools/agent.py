@@ -24,6 +24,10 @@ problem, its calculator calls and results, the final answer, ``success``: the ve
 and with ``--recall K`` every run (training and held-out) first retrieves the K most similar
 successful episodes into a system message. Held-out runs read the memory but never write to it.
 
+With ``--base-url URL`` the training runs go to an endpoint already serving instead of a server
+started here (nothing else changes): the ``agent_endpoint_grpo`` trainer runs this script so, and
+its runs become its training episodes (``toolbox.trainer.agent_endpoint_grpo``).
+
 The store is written as ``<stem>.partial.sqlite`` and renamed to TRACES once every writer has
 closed, so a killed run leaves no store the workflow could take for a finished one. Servers listen
 on a free 127.0.0.1 port and are stopped by PID.
@@ -309,7 +313,12 @@ def paired(after: list[dict], before: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", help="the model folder to serve (not needed with --base-url)")
+    p.add_argument(
+        "--base-url",
+        help="the endpoint of the training runs, already serving (e.g. the agent_endpoint_grpo trainer's); "
+        "default: a toolbox serve of --model started here",
+    )
     p.add_argument("--traces", required=True, help="the SQLite trace store to write")
     p.add_argument("--eval", required=True, help="the metrics JSON to write")
     p.add_argument("--before-model", help="also evaluate this model (the one this run started from)")
@@ -329,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.recall and not a.memory:
         p.error("--recall needs --memory (the store to recall from)")
+    if not a.model and not a.base_url:
+        p.error("--model is needed (the model to serve), or --base-url (an endpoint already serving)")
 
     from toolbox.core.atomic import atomic_write_text
     from toolbox.data.sources.arithmetic_tools import arithmetic_tools, draw
@@ -365,19 +376,21 @@ def main(argv: list[str] | None = None) -> int:
         memory = AgentMemory(a.memory, {"name": a.memory_embedder}, a.recall)
     try:
         tracer = Tracer(partial, flush_every=32)  # the agent's runs, beside the server's model calls
-        server = Server(a.model, str(partial), log)
+        server = Server(a.model, str(partial), log) if not a.base_url else None
         try:
-            results = run_all(server.base_url, train, tracer, a.temperature, memory=memory)
+            base_url = a.base_url or server.base_url
+            results = run_all(base_url, train, tracer, a.temperature, memory=memory)
             if memory is not None:
                 out["memory"] = {"written": memory.commit(), "recall": a.recall, "path": a.memory}
         finally:
             tracer.close()
-            server.stop()
+            if server is not None:
+                server.stop()
         publish_store(partial, traces)
         out["train_runs"] = metrics(results)
         held: dict[str, list[dict]] = {}
         for name, model in (("after", a.model), ("before", a.before_model)):
-            if not model:
+            if not model or not held_out:
                 continue
             store = None
             if a.eval_traces:  # the held-out runs traced too, for examples/agent_tools/failures.py

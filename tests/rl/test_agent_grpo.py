@@ -237,3 +237,60 @@ def test_async_episodes_max_staleness_zero_is_bit_for_bit_and_one_resumes_bitwis
     assert second.trainer.step == 4
     for (n, a), b in zip(one.model.named_parameters(), second.model.parameters(), strict=True):
         assert torch.equal(a, b), n
+
+
+KILLED_CHILD = """
+import json, os, signal, sys
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {tests!r})
+import torch
+torch.set_num_threads(1)
+import test_agent_grpo  # registers the test environment
+from toolbox.core.events import Event
+parts = test_agent_grpo.build(json.loads(sys.argv[1]))
+def kill(data):
+    if data.step == 3:  # round 3 is done and traced, its weights not saved: no cleanup of any kind
+        os.kill(os.getpid(), signal.SIGKILL)
+parts.trainer.bus.subscribe(Event.STEP_END, kill)
+parts.trainer.fit()
+"""
+
+
+def test_sigkill_then_resume_gives_bitwise_weights_and_each_round_traced_once(tmp_path):
+    """A run killed by SIGKILL after round 3 (checkpoint at 2), resumed, equals the uninterrupted
+    run bit for bit; the killed process's trace of round 3 is replaced, not doubled."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from toolbox.tracing import open_store
+
+    common = [*SMALL, "data.dataset.name=prompt_only", "data.source.num_train=32", "optimizer.lr=1e-2",
+              "trainer.temperature=1.5", "trainer=agent_grpo", "trainer.env.name=_test_one_turn_digit",
+              "++trainer.env.max_tokens=8", "trainer.max_reply_tokens=8", "trainer.max_steps=4",
+              "trainer.save_every=2"]  # fmt: skip
+    full = build([*common, f"run_dir={tmp_path / 'full'}"])
+    full.trainer.fit()
+    here = Path(__file__).resolve().parent
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_CHILD.format(root=str(here.parents[1]), tests=str(here)))
+    run = tmp_path / "killed"
+    child = subprocess.run(
+        [sys.executable, str(script), json.dumps([*common, f"run_dir={run}"])],
+        capture_output=True,
+        timeout=600,
+    )
+    assert child.returncode == -9, child.stderr.decode()[-2000:]
+
+    def rounds() -> dict[int, int]:
+        with open_store(run / "traces.sqlite") as store:
+            steps = [r.metadata["step"] for r in store.query() if r.kind == "agent"]
+        return {s: steps.count(s) for s in sorted(set(steps))}
+
+    assert rounds() == {1: 6, 2: 6, 3: 6}  # round 3 recorded by the killed process
+    resumed = build([*common, f"run_dir={run}", "resume_from=auto"])
+    resumed.trainer.fit()
+    assert resumed.trainer.step == 4
+    for (n, a), b in zip(full.model.named_parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b), n
+    assert rounds() == {1: 6, 2: 6, 3: 6, 4: 6}  # round 3 once: the killed process's copy removed

@@ -193,3 +193,35 @@ def test_queries_by_index_and_scores_added_after_the_fact(store_path):
         assert [s.source for s in store.get("r3").scores] == ["reward", "annotation"]
         groups = {g[0].trace_id: [r.id for r in g] for g in store.traces()}
         assert groups["t0"] == ["tool", "r0", "r3", "r6", "r9"]  # one trace together, by start time
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_delete_traces_removes_their_records_scores_and_tags_only(tmp_path, kind):
+    from toolbox.tracing import MemoryStore
+
+    store = open_store(tmp_path / "t.sqlite") if kind == "sqlite" else MemoryStore()
+    rows = [ActionRecord("llm_call", "chat", id=f"r{i}", trace_id=f"t{i % 3}", start_time=float(i), tags=["x"])
+            for i in range(9)]  # fmt: skip
+    store.write(rows)
+    for i in range(9):
+        store.add_score(f"r{i}", Score("reward", float(i)))
+    assert store.delete_traces(["t1", "t2", "t1"]) == 6
+    assert sorted(r.id for r in store.query()) == ["r0", "r3", "r6"]
+    assert [r.score("reward").value for r in store.query()] == [0.0, 3.0, 6.0]
+    assert store.count(Query(tag="x")) == 3 and store.count(Query(score="reward")) == 3
+    assert store.delete_traces([]) == 0
+    store.write([ActionRecord("llm_call", "chat", id="r1", trace_id="t1", start_time=1.0)])
+    assert store.get("r1") is not None  # a removed id can be written again
+    if kind == "sqlite":
+        assert sqlite3.connect(tmp_path / "t.sqlite").execute("SELECT count(*) FROM scores").fetchone() == (
+            3,
+        )
+    store.close()
+
+
+def test_a_jsonl_store_refuses_to_delete_traces(tmp_path):
+    with (
+        open_store(tmp_path / "t.jsonl") as store,
+        pytest.raises(TraceError, match=r"append-only.*use a \.sqlite store"),
+    ):
+        store.delete_traces(["t0"])

@@ -40,6 +40,7 @@ TRAINERS = Registry(
         "toolbox.trainer.trl.dpo",
         "toolbox.trainer.grpo",
         "toolbox.trainer.agent_grpo",
+        "toolbox.trainer.agent_endpoint_grpo",
         "toolbox.trainer.trl.sft",
         "toolbox.trainer.trl.grpo",
         "toolbox.trainer.ppo_env",

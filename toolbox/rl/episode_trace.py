@@ -23,6 +23,7 @@ from typing import Any
 
 from toolbox.rl.episodes import Episode
 from toolbox.tracing.record import ActionRecord, Score, chat_to_messages, new_span_id, new_trace_id
+from toolbox.tracing.stores import Query
 from toolbox.tracing.tracer import Tracer
 
 
@@ -32,7 +33,7 @@ def episode_records(
     """The records of one finished episode (root first)."""
     trace_id = new_trace_id()
     root = ActionRecord(
-        kind="agent", name=str(getattr(type(episode.env), "_registry_name", type(episode.env).__name__)),
+        kind="agent", name=_env_name(episode),
         id=new_span_id(), trace_id=trace_id, session_id=session_id,
         inputs=chat_to_messages(episode.messages[: episode.opening]),
         outputs=chat_to_messages(episode.messages[-1:]), tools=episode.tools, model=model,
@@ -78,6 +79,26 @@ def episode_records(
                 )  # fmt: skip
             )
     return records
+
+
+def _env_name(episode: Episode) -> str:
+    """The environment's registered name (an episode of an agent program has none: ``agent``)."""
+    if episode.env is None:
+        return "agent"
+    return str(getattr(type(episode.env), "_registry_name", type(episode.env).__name__))
+
+
+def forget_rounds_after(tracer: Tracer, step: int) -> int:
+    """Remove the traces of rounds after ``step`` from ``tracer``'s store (a trainer resumed from
+    the checkpoint of ``step`` runs them again: each round is recorded once). Returns the number of
+    records removed."""
+    tracer.flush()
+    later = [
+        r.trace_id
+        for r in tracer.store.query(Query(kind="agent"))
+        if isinstance(r.metadata.get("step"), int) and r.metadata["step"] > step
+    ]
+    return tracer.store.delete_traces(later) if later else 0
 
 
 def trace_episodes(tracer: Tracer, episodes: list[Episode], step: int, model: str | None = None) -> None:

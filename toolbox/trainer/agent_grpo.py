@@ -144,9 +144,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         from toolbox.tracing.tracer import Tracer
 
         if self.tracer is None:
+            from toolbox.rl.episode_trace import forget_rounds_after
+
             path = Path(self.context.run_dir) / self.traces
             path.parent.mkdir(parents=True, exist_ok=True)
             self.tracer = Tracer(path, flush_every=1 << 20)
+            # a run resumed from a checkpoint (after a kill) generates again the rounds from its
+            # first new one on: the ones its killed process recorded go, so each is recorded once
+            forget_rounds_after(self.tracer, round_index)
         trace_episodes(self.tracer, episodes, round_index + 1, model="policy")
 
     def teardown(self) -> None:

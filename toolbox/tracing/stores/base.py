@@ -105,6 +105,14 @@ class TraceStore(ABC):
     def traces(self, q: Query | None = None) -> Iterator[list[ActionRecord]]:
         """The matching records grouped by trace (each list one trace, by start time)."""
 
+    def delete_traces(self, trace_ids: Iterable[str]) -> int:
+        """Remove every record (and score, tag) of these traces; returns how many records went (a
+        resumed trainer forgets the rounds after its checkpoint, which it runs again)."""
+        raise TraceError(
+            f"{self.path}: a {type(self).__name__} is append-only: traces cannot be removed from it; "
+            "use a .sqlite store."
+        )
+
     def flush(self) -> None:
         pass
 
@@ -152,6 +160,14 @@ class MemoryStore(TraceStore):
                 n += 1
                 if q.limit is not None and n >= q.limit:
                     return
+
+    def delete_traces(self, trace_ids: Iterable[str]) -> int:
+        gone = set(trace_ids)
+        kept = [r for r in self.records if r.trace_id not in gone]
+        n = len(self.records) - len(kept)
+        self.records = kept
+        self._ids = {r.id for r in kept}
+        return n
 
     def traces(self, q: Query | None = None) -> Iterator[list[ActionRecord]]:
         groups: dict[str, list[ActionRecord]] = {}

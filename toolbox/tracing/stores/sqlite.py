@@ -206,6 +206,25 @@ class SqliteStore(TraceStore):
                 cur.execute("ROLLBACK")
                 raise
 
+    def delete_traces(self, trace_ids: Iterable[str]) -> int:
+        ids, n = list(dict.fromkeys(trace_ids)), 0
+        with self._errors("delete traces"):
+            cur = self.conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")  # one transaction: all of them go, or none
+            try:
+                for i in range(0, len(ids), 500):
+                    chunk = ids[i : i + 500]
+                    marks = ",".join("?" * len(chunk))
+                    records = f"SELECT id FROM records WHERE trace_id IN ({marks})"
+                    cur.execute(f"DELETE FROM scores WHERE record_id IN ({records})", chunk)
+                    cur.execute(f"DELETE FROM tags WHERE record_id IN ({records})", chunk)
+                    n += cur.execute(f"DELETE FROM records WHERE trace_id IN ({marks})", chunk).rowcount
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return n
+
     def close(self) -> None:
         if getattr(self, "conn", None) is not None:
             self.conn.close()
