@@ -144,3 +144,21 @@ def test_full_disk_during_a_checkpoint(tmp_path):
     )
     _assert_one_line_error(proc, f"{disk}/run/checkpoints/step_00000003: no space left on the device")
     assert proc.stdout.split() == [".", ".."]  # the listing of checkpoints/: no temp folder left
+
+
+def test_warmup_beyond_a_shortened_run_warns_once(tmp_path):
+    """An experiment's warmup (sft_arith: 50) outlasting ``trainer.max_steps=3`` is a warning, not
+    an error (a smoke run keeps the recipe's schedule); ``toolbox train`` prints it exactly once
+    (the command's check; the launcher and the builder re-check without repeating it)."""
+    run_dir = tmp_path / "run"
+    base = [a for a in BASE if a != "scheduler.warmup_steps=0"]
+    proc = subprocess.run(
+        [*TOOLBOX, *base, f"run_dir={run_dir}"], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if "is more than trainer.max_steps=3" in line]
+    assert warnings == [
+        "scheduler.warmup_steps=50 is more than trainer.max_steps=3: the learning rate would never "
+        "reach its peak; set scheduler.warmup_steps to at most 3 (or raise trainer.max_steps)."
+    ]
+    assert (run_dir / "config.yaml").is_file()  # the run went on
