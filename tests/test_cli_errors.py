@@ -41,6 +41,35 @@ CASES = [
     ("out_under_a_file", ["--out", "{tmp}/a_file/run"], "run_dir (--out): {tmp}/a_file is a file"),
     ("config_bad_yaml", ["--config", "{tmp}/bad.yaml"], "--config: {tmp}/bad.yaml is not valid YAML"),
     ("config_not_a_mapping", ["--config", "{tmp}/list.yaml"], "--config: {tmp}/list.yaml holds a ListConfig"),
+    ("model_width_zero", ["model.hidden_size=0"], "model.hidden_size: expected int >= 1, got 0"),
+    ("model_dropout_above_one", ["model.dropout=1.5"], "model.dropout: expected float >= 0, <= 1, got 1.5"),
+    (
+        "model_heads_not_dividing",
+        ["model.num_heads=3"],
+        "model.num_heads=3 does not divide model.hidden_size=64",
+    ),
+    ("source_num_train_zero", ["data.source.num_train=0"], "data.source.num_train: expected int >= 1, got 0"),
+    ("source_digits_zero", ["data.source.digits=0"], "data.source.digits: expected int >= 1, got 0"),
+    (
+        "torchrun_nproc_zero",
+        ["launcher=torchrun", "launcher.nproc=0"],
+        "launcher.nproc: expected int >= 1, got 0",
+    ),
+    (
+        "torchrun_node_rank_outside",
+        ["launcher=torchrun", "launcher.node_rank=3"],
+        "launcher.node_rank=3 must lie in [0, 1)",
+    ),
+    (
+        "slurm_time_zero",
+        ["launcher=slurm", "launcher.time_min=0"],
+        "launcher.time_min: expected int >= 1, got 0",
+    ),
+    (
+        "srun_nodes_zero",
+        ["launcher=srun", "launcher.nodes=0"],
+        "launcher.nodes: expected int >= 1 | None, got 0",
+    ),
 ]
 GRPO_CASES = [
     (
@@ -50,6 +79,17 @@ GRPO_CASES = [
     ),
     ("top_p_above_one", ["trainer.top_p=1.5"], "trainer.top_p: expected float >= 0, <= 1, got 1.5"),
     ("generations_zero", ["trainer.num_generations=0"], "trainer.num_generations: expected int >= 1, got 0"),
+    ("hf_batch_zero", ["engine=hf", "engine.batch_size=0"], "engine.batch_size: expected int >= 1, got 0"),
+    (
+        "vllm_no_memory",
+        ["engine=vllm", "engine.gpu_memory_utilization=0"],
+        "engine.gpu_memory_utilization: expected float > 0, <= 1, got 0",
+    ),
+    (
+        "http_retries_negative",
+        ["engine=http", "engine.max_retries=-1"],
+        "engine.max_retries: expected int >= 0",
+    ),
 ]
 
 
@@ -144,3 +184,44 @@ def test_full_disk_during_a_checkpoint(tmp_path):
     )
     _assert_one_line_error(proc, f"{disk}/run/checkpoints/step_00000003: no space left on the device")
     assert proc.stdout.split() == [".", ".."]  # the listing of checkpoints/: no temp folder left
+
+
+def test_warmup_beyond_a_shortened_run_warns_once(tmp_path):
+    """An experiment's warmup (sft_arith: 50) outlasting ``trainer.max_steps=3`` is a warning, not
+    an error (a smoke run keeps the recipe's schedule); ``toolbox train`` prints it exactly once
+    (the command's check; the launcher and the builder re-check without repeating it)."""
+    run_dir = tmp_path / "run"
+    base = [a for a in BASE if a != "scheduler.warmup_steps=0"]
+    proc = subprocess.run(
+        [*TOOLBOX, *base, f"run_dir={run_dir}"], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if "is more than trainer.max_steps=3" in line]
+    assert warnings == [
+        "scheduler.warmup_steps=50 is more than trainer.max_steps=3: the learning rate would never "
+        "reach its peak; set scheduler.warmup_steps to at most 3 (or raise trainer.max_steps)."
+    ]
+    assert (run_dir / "config.yaml").is_file()  # the run went on
+
+
+@needs_namespace
+def test_full_disk_while_saving_the_final_model(tmp_path):
+    """A 640 KiB disk holds the final checkpoint (~540 KB) but not the exported model (~175 KB
+    more): one line naming the model folder, no half-written ``.tmp-model-*`` folder, and the
+    checkpoint kept (the run can be resumed elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=640k tmpfs {disk} && "
+        f"{' '.join(TOOLBOX)} {' '.join(BASE)} callbacks=default '~callbacks.console' --out {disk}/run; "
+        f"code=$?; ls -a {disk}/run; ls {disk}/run/checkpoints; exit $code"
+    )
+    proc = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    _assert_one_line_error(proc, f"{disk}/run/model: no space left on the device")
+    listing = proc.stdout.split()
+    assert listing == [".", "..", "checkpoints", "config.yaml", "metrics.jsonl", "step_00000003"]

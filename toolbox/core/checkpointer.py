@@ -11,7 +11,6 @@ resume never silently restarts from step 0.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -25,7 +24,7 @@ import torch
 
 from toolbox.core.atomic import fsync_dir
 from toolbox.core.errors import CheckpointError
-from toolbox.core.output import USER_ERRNOS, write_failure
+from toolbox.core.output import write_error, write_failure
 
 log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
@@ -40,20 +39,6 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-ZIP_WRITE_FAILED = ("file write failed", "unexpected pos")
-
-
-def write_error(error: BaseException) -> OSError | None:
-    """The user-caused ``OSError`` behind a failed save: an ``OSError`` itself, or torch's
-    ``RuntimeError`` from its zip writer (``inline_container.cc``: ``file write failed`` or
-    ``unexpected pos``, what a full disk looks like from inside torch.save)."""
-    if isinstance(error, OSError):
-        return error if error.errno in USER_ERRNOS else None
-    if isinstance(error, RuntimeError) and any(s in str(error) for s in ZIP_WRITE_FAILED):
-        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    return None
 
 
 class Checkpointer:

@@ -3,13 +3,15 @@
 ``check_output_dir(run_dir)`` runs before anything is built: the folder must be a folder (not a
 file) and writable (probed with a temp file in it, or in its nearest existing parent when it does
 not exist yet: nothing is created). ``write_failure(error, path)`` turns an ``OSError`` of a write
-(a full disk, a read-only folder) into an ``OutputError`` that names the file and the fix.
+(a full disk, a read-only folder) into an ``OutputError`` that names the file and the fix;
+``write_error(exception)`` finds that ``OSError`` behind what a writer library raises instead.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -41,6 +43,27 @@ def describe(error: OSError, path: str | Path) -> str:
 
 def write_failure(error: OSError, path: str | Path) -> OutputError:
     return OutputError(describe(error, path))
+
+
+#: torch.save's zip writer (``inline_container.cc``) on a full disk
+ZIP_WRITE_FAILED = ("file write failed", "unexpected pos")
+#: a Rust writer's I/O error (safetensors: ``I/O error: No space left on device (os error 28)``)
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def write_error(error: BaseException) -> OSError | None:
+    """The user-caused ``OSError`` behind a failed save, else None: an ``OSError`` itself, torch's
+    ``RuntimeError`` from its zip writer (what a full disk looks like from inside torch.save), or
+    an error whose message carries a Rust ``(os error N)`` (safetensors' ``SafetensorError``)."""
+    if isinstance(error, OSError):
+        return error if error.errno in USER_ERRNOS else None
+    if isinstance(error, RuntimeError) and any(s in str(error) for s in ZIP_WRITE_FAILED):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    match = RUST_OS_ERROR.search(str(error)) if isinstance(error, Exception) else None
+    if match and int(match.group(1)) in USER_ERRNOS:
+        code = int(match.group(1))
+        return OSError(code, os.strerror(code))
+    return None
 
 
 def check_output_dir(path: str | Path, what: str = "run_dir (--out)") -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -313,8 +314,11 @@ def _type_name(annotation: Any) -> str:
         base, *meta = typing.get_args(annotation)
         return f"{_type_name(base)} {', '.join(_bound_text(m) for m in meta)}"
     args = typing.get_args(annotation)
-    if any(typing.get_origin(a) is typing.Annotated for a in args):  # AtLeastOne | None
-        return " | ".join("None" if a is type(None) else _type_name(a) for a in args)
+    if any(typing.get_origin(a) is typing.Annotated for a in args):
+        origin = typing.get_origin(annotation)
+        if isinstance(origin, type) and origin is not types.UnionType:  # list[AtLeastOne]
+            return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+        return " | ".join("None" if a is type(None) else _type_name(a) for a in args)  # AtLeastOne | None
     if isinstance(annotation, type) and not typing.get_args(annotation):
         return annotation.__name__
     return str(annotation).replace("typing.", "")

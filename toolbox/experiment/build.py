@@ -61,8 +61,10 @@ class ExperimentBuilder:
         self.cfg = cfg
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> ExperimentBuilder:
-        validate_config(cfg)
+    def from_config(cls, cfg: DictConfig, warn: bool = True) -> ExperimentBuilder:
+        """Validate ``cfg`` (``warn=False``: a config ``compose_run`` validated and warned about
+        already, as the launchers get it; its errors are checked again, its warnings not repeated)."""
+        validate_config(cfg, warn=warn)
         return cls(cfg)
 
     def build_data(self) -> tuple[Any, Any]:
@@ -228,9 +230,10 @@ def _tokenizer_facts(tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def run_experiment(cfg: DictConfig) -> dict[str, float]:
-    """Build from config and fit; returns the final eval metrics."""
-    parts = ExperimentBuilder.from_config(cfg).build()
+def run_experiment(cfg: DictConfig, warn: bool = True) -> dict[str, float]:
+    """Build from config and fit; returns the final eval metrics (``warn``: as in
+    :meth:`ExperimentBuilder.from_config`)."""
+    parts = ExperimentBuilder.from_config(cfg, warn=warn).build()
     try:
         return parts.trainer.fit()
     finally:

@@ -19,15 +19,16 @@ log = logging.getLogger(__name__)
 
 
 def check_relations(
-    cfg: DictConfig, trainer_settings: dict[str, Any], explicit: Collection[str] = ()
+    cfg: DictConfig, trainer_settings: dict[str, Any], explicit: Collection[str] = (), warn: bool = True
 ) -> None:
     """Every cross-node rule; ``trainer_settings`` are the trainer's values over its defaults and
-    ``explicit`` the keys the command line set (``key=value`` overrides)."""
-    warmup_within_training(cfg, trainer_settings, explicit)
+    ``explicit`` the keys the command line set (``key=value`` overrides). ``warn=False`` checks
+    again without repeating the warnings (a launcher re-checking a config its command composed)."""
+    warmup_within_training(cfg, trainer_settings, explicit, warn)
 
 
 def warmup_within_training(
-    cfg: DictConfig, trainer_settings: dict[str, Any], explicit: Collection[str] = ()
+    cfg: DictConfig, trainer_settings: dict[str, Any], explicit: Collection[str] = (), warn: bool = True
 ) -> None:
     """``scheduler.warmup_steps <= trainer.max_steps``: otherwise the learning rate never reaches
     its peak and the decay never starts. An error when the command line sets the warmup; a
@@ -44,4 +45,5 @@ def warmup_within_training(
     )
     if "scheduler.warmup_steps" in explicit:
         raise ConfigError(message)
-    log.warning(message)
+    if warn:
+        log.warning(message)

@@ -21,9 +21,11 @@ from toolbox.experiment.schema import (
 )
 
 
-def validate_config(cfg: DictConfig, explicit: Collection[str] = ()) -> None:
+def validate_config(cfg: DictConfig, explicit: Collection[str] = (), warn: bool = True) -> None:
     """Check every key, type and range of a composed config, and the relations between nodes
-    (``relations.py``; ``explicit``: the keys the command line set), before anything is built."""
+    (``relations.py``; ``explicit``: the keys the command line set), before anything is built.
+    ``warn=False``: the same checks without the relations' warnings, for a config that was
+    validated (and warned about) once already."""
     from toolbox.core.registry import component_fields, validate_kwargs
 
     _check_required(cfg)
@@ -56,7 +58,7 @@ def validate_config(cfg: DictConfig, explicit: Collection[str] = ()) -> None:
     settings = {k: v for k, v in OmegaConf.to_container(trainer, resolve=True).items() if k != "name"}
     settings = validate_kwargs(cls, settings, "trainer", f"trainer '{trainer.name}'", TRAINER_INJECTED)
     defaults = {f.name: f.default for f in component_fields(cls) if not f.required}
-    check_relations(cfg, {**defaults, **settings}, explicit)
+    check_relations(cfg, {**defaults, **settings}, explicit, warn)
 
 
 def _check_required(cfg: DictConfig) -> None:

@@ -18,7 +18,7 @@ class LocalLauncher:
         from toolbox.experiment import run_experiment
 
         check_one_process(cfg)
-        return run_experiment(cfg)
+        return run_experiment(cfg, warn=False)  # the command's compose_run warned once
 
 
 def check_one_process(cfg: DictConfig) -> None:

@@ -30,7 +30,9 @@ from typing import IO, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeInt, PositiveFloat
 from toolbox.core.errors import ConfigError
+from toolbox.core.output import check_output_dir
 from toolbox.core.registries import LAUNCHERS
 from toolbox.launch import LaunchError
 from toolbox.launch.torchrun import LAUNCH_DIR, write_launch_config
@@ -134,25 +136,25 @@ class SlurmLauncher:
     def __init__(
         self,
         partition: str | None = None,
-        time_min: int = 60,
-        nodes: int = 1,
-        nproc: int = 1,
+        time_min: AtLeastOne = 60,
+        nodes: AtLeastOne = 1,
+        nproc: AtLeastOne = 1,
         mode: str = "torchrun",
-        cpus_per_task: int | None = None,
-        mem_gb: float | None = None,
-        gpus_per_node: int = 0,
+        cpus_per_task: AtLeastOne | None = None,
+        mem_gb: PositiveFloat | None = None,
+        gpus_per_node: NonNegativeInt = 0,
         account: str | None = None,
         qos: str | None = None,
         constraint: str | None = None,
         job_name: str | None = None,
-        max_requeues: int = 3,
-        signal_delay_s: int = 90,
+        max_requeues: NonNegativeInt = 3,
+        signal_delay_s: NonNegativeInt = 90,
         setup: list[str] | None = None,
         additional: dict[str, Any] | None = None,
-        omp_num_threads: int | None = None,
+        omp_num_threads: AtLeastOne | None = None,
         cluster: str = "slurm",
         folder: str = f"{LAUNCH_DIR}/slurm",
-        poll_s: float = 1.0,
+        poll_s: PositiveFloat = 1.0,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"launcher.mode: '{mode}' is not one of {', '.join(MODES)}.")
@@ -219,6 +221,7 @@ class SlurmLauncher:
         return executor
 
     def job(self, cfg: DictConfig, name: str = "config.yaml") -> SlurmTrainJob:
+        check_output_dir(cfg.run_dir)  # before the job is queued: it would fail only once it starts
         path = write_launch_config(cfg, name)
         return SlurmTrainJob(
             str(path.resolve()), os.getcwd(), self.mode, self.nproc, False, self.omp_num_threads
@@ -226,14 +229,17 @@ class SlurmLauncher:
 
     def submit(self, cfg: DictConfig):
         """Submit one run; returns the submitit job (``job.job_id``, ``job.paths.stdout``)."""
-        return self.executor(cfg).submit(self.job(cfg))
+        job = self.job(cfg)  # checks the run folder first: the executor creates its log folder there
+        return self.executor(cfg).submit(job)
 
     def submit_sweep(self, cfgs: list[DictConfig]) -> list:
         """Submit several runs as one job array (submitit's batch); returns their jobs."""
         if not cfgs:
             return []
-        executor = self.executor(cfgs[0])
+        for cfg in cfgs:  # every run folder, before anything is written or queued
+            check_output_dir(cfg.run_dir)
         jobs_in = [self.job(c) for c in cfgs]
+        executor = self.executor(cfgs[0])
         with executor.batch():
             jobs = [executor.submit(j) for j in jobs_in]
         return jobs

@@ -26,7 +26,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from toolbox.core.bounds import AtLeastOne
 from toolbox.core.errors import ConfigError
+from toolbox.core.output import check_output_dir
 from toolbox.core.registries import LAUNCHERS
 from toolbox.launch import LaunchError
 from toolbox.launch.torchrun import TorchrunLauncher, write_launch_config
@@ -52,7 +54,8 @@ class SrunLauncher:
     """
 
     def __init__(
-        self, nproc: int = 1, nodes: int | None = None, omp_num_threads: int | None = None,
+        self, nproc: AtLeastOne = 1, nodes: AtLeastOne | None = None,
+        omp_num_threads: AtLeastOne | None = None,
         srun_args: list[str] | None = None,
     ) -> None:  # fmt: skip
         if nproc < 1 or (nodes is not None and nodes < 1):
@@ -78,6 +81,7 @@ class SrunLauncher:
     def run(self, cfg: DictConfig) -> dict[str, Any]:
         from toolbox.launch.worker import read_result
 
+        check_output_dir(cfg.run_dir)  # before any node starts: every rank writes there
         have = allocation_nodes()
         if have is None:
             local = TorchrunLauncher(

@@ -21,7 +21,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeInt
 from toolbox.core.errors import ConfigError
+from toolbox.core.output import check_output_dir
 from toolbox.core.registries import LAUNCHERS
 from toolbox.launch import LaunchError
 
@@ -55,14 +57,14 @@ class TorchrunLauncher:
 
     def __init__(
         self,
-        nproc: int = 1,
-        nnodes: int = 1,
-        node_rank: int = 0,
+        nproc: AtLeastOne = 1,
+        nnodes: AtLeastOne = 1,
+        node_rank: NonNegativeInt = 0,
         rdzv_backend: str = "c10d",
         rdzv_endpoint: str | None = None,
         rdzv_id: str | None = None,
-        max_restarts: int = 0,
-        omp_num_threads: int | None = None,
+        max_restarts: NonNegativeInt = 0,
+        omp_num_threads: AtLeastOne | None = None,
         python: str | None = None,
     ) -> None:
         if nproc < 1 or nnodes < 1:
@@ -117,6 +119,7 @@ class TorchrunLauncher:
         """Start the workers, wait for them, return rank 0's result (metrics, step, world_size, ...)."""
         from toolbox.launch.worker import read_result
 
+        check_output_dir(cfg.run_dir)  # before any process starts: every rank writes there
         config_path = write_launch_config(cfg)
         launch_dir = config_path.parent
         result_path = launch_dir / "result.json"

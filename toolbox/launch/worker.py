@@ -22,7 +22,8 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
     from toolbox.core.events import Event
     from toolbox.experiment import ExperimentBuilder
 
-    parts = ExperimentBuilder.from_config(cfg).build()
+    # the launcher's command validated this config and gave its warnings; each rank re-checks only
+    parts = ExperimentBuilder.from_config(cfg, warn=False).build()
     resumed: list[int | None] = [None]
     parts.trainer.bus.subscribe(
         Event.FIT_START, lambda d: resumed.__setitem__(0, d.payload.get("resumed_from"))

@@ -31,6 +31,9 @@ import torch
 
 from toolbox.serving.engine import SamplingParams
 
+#: no vocabulary is larger: a bigger top_k is this one (every token kept)
+MAX_TOP_K = 2**31 - 1
+
 
 def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator | None:
     """A generator seeded with ``seed`` (``None``: no generator, the draw uses the engine's)."""
@@ -69,7 +72,9 @@ class SamplingTensors:
     ) -> SamplingTensors:
         check_params(params)
         temperature = torch.tensor([float(p.temperature) for p in params], dtype=torch.float32, device=device)
-        top_k = torch.tensor([int(p.top_k) for p in params], dtype=torch.long, device=device)
+        # a top_k past any vocabulary keeps every token, as apply_top_k's clamp does; capped here
+        # so that one (2**64 from a client) fits a long and cannot fail the whole batch's step
+        top_k = torch.tensor([min(int(p.top_k), MAX_TOP_K) for p in params], dtype=torch.long, device=device)
         top_p = torch.tensor([float(p.top_p) for p in params], dtype=torch.float32, device=device)
         min_p = torch.tensor([float(p.min_p) for p in params], dtype=torch.float32, device=device)
         penalty = torch.tensor(

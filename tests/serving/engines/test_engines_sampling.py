@@ -78,6 +78,15 @@ def test_repetition_penalty_matches_transformers(logits):
     torch.testing.assert_close(ours, ref)
 
 
+def test_a_top_k_past_any_vocabulary_keeps_every_token_beside_other_rows(logits):
+    """schemathesis found it: ``top_k: 2**64`` (schema-valid: ``>= -1``) overflowed a long while
+    the batch's tensors were built, failing the engine step of every request in it (500s)."""
+    t = _tensors(SamplingParams(top_k=2**64), SamplingParams(top_k=2), *[SamplingParams()] * 4)
+    out = process_logits(logits, t)
+    assert torch.isfinite(out[0]).all()  # as top_k=0: every token kept
+    assert torch.isfinite(out[1]).sum() == 2  # the row beside it keeps its own top_k
+
+
 def test_rows_keep_their_own_parameters(logits):
     t = _tensors(
         SamplingParams(top_k=2), SamplingParams(top_p=0.5), SamplingParams(min_p=0.5), *[SamplingParams()] * 3

@@ -6,6 +6,7 @@ import operator
 import random
 from collections.abc import Callable, Sequence
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
@@ -15,10 +16,10 @@ OPERATORS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": opera
 
 @SOURCES.register("arithmetic")
 def arithmetic(
-    digits: int = 2,
+    digits: AtLeastOne = 2,
     operators: Sequence[str] = ("+",),
-    num_train: int = 9000,
-    num_test: int = 500,
+    num_train: AtLeastOne = 9000,
+    num_test: NonNegativeInt = 500,
     seed: int = 0,
     zero_pad: bool = False,
     reverse_result: bool = False,

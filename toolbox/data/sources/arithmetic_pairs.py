@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
@@ -48,16 +49,16 @@ def wrong_answer(a: int, op: str, b: int, result: int, kind: str, rng: random.Ra
 
 @SOURCES.register("arithmetic_pairs")
 def arithmetic_pairs(
-    digits: int = 2,
+    digits: AtLeastOne = 2,
     operators: Sequence[str] = ("+",),
-    num_train: int = 8000,
-    num_test: int = 500,
+    num_train: AtLeastOne = 8000,
+    num_test: NonNegativeInt = 500,
     seed: int = 1234,
     mistakes: Sequence[str] = MISTAKES,
-    pairs_per_problem: int = 1,
+    pairs_per_problem: AtLeastOne = 1,
     pair_seed: int = 0,
-    max_train: int | None = None,
-    max_test: int | None = None,
+    max_train: AtLeastOne | None = None,
+    max_test: AtLeastOne | None = None,
     zero_pad: bool = False,
     reverse_result: bool = False,
 ) -> Splits:

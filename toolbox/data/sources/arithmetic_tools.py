@@ -23,6 +23,7 @@ import random
 import re
 from typing import Any
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
@@ -148,12 +149,12 @@ def draw(
 
 @SOURCES.register("arithmetic_tools")
 def arithmetic_tools(
-    num_train: int = 2000,
-    num_test: int = 200,
-    digits: int = 3,
+    num_train: AtLeastOne = 2000,
+    num_test: NonNegativeInt = 200,
+    digits: AtLeastOne = 3,
     seed: int = 0,
     fixed_width: bool = False,
-    templates: int = 0,
+    templates: NonNegativeInt = 0,
 ) -> Splits:
     """Word problems solved with a calculator tool call, as chat records {messages, tools, question,
     expression, answer}.

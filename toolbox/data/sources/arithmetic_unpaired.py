@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from toolbox.core.bounds import AtLeastOne, Fraction, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
@@ -14,16 +15,16 @@ from toolbox.data.sources.arithmetic_pairs import MISTAKES, check_mistakes, wron
 
 @SOURCES.register("arithmetic_unpaired")
 def arithmetic_unpaired(
-    digits: int = 2,
+    digits: AtLeastOne = 2,
     operators: Sequence[str] = ("+",),
-    num_train: int = 8000,
-    num_test: int = 500,
+    num_train: AtLeastOne = 8000,
+    num_test: NonNegativeInt = 500,
     seed: int = 1234,
     mistakes: Sequence[str] = MISTAKES,
-    desirable_fraction: float = 0.5,
+    desirable_fraction: Fraction = 0.5,
     label_seed: int = 0,
-    max_train: int | None = None,
-    max_test: int | None = None,
+    max_train: AtLeastOne | None = None,
+    max_test: AtLeastOne | None = None,
     zero_pad: bool = False,
 ) -> Splits:
     """Records {prompt, completion, label, answer, reference} in TRL's unpaired preference format.

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
 
 
 @SOURCES.register("blobs")
 def blobs(
-    num_classes: int = 3,
-    in_dim: int = 2,
-    num_train: int = 600,
-    num_test: int = 150,
-    spread: float = 0.5,
+    num_classes: AtLeastOne = 3,
+    in_dim: AtLeastOne = 2,
+    num_train: AtLeastOne = 600,
+    num_test: NonNegativeInt = 150,
+    spread: NonNegativeFloat = 0.5,
     seed: int = 0,
 ) -> Splits:
     """Points around ``num_classes`` random centres; records {x: list[float], y: int}.

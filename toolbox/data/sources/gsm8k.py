@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolbox.core.bounds import NonNegativeInt
 from toolbox.core.errors import DataError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
@@ -14,7 +15,9 @@ FINAL = "#### "
 
 
 @SOURCES.register("gsm8k")
-def gsm8k(path: str = "../shared/data/gsm8k/train.jsonl", num_test: int = 500, seed: int = 0) -> Splits:
+def gsm8k(
+    path: str = "../shared/data/gsm8k/train.jsonl", num_test: NonNegativeInt = 500, seed: int = 0
+) -> Splits:
     """GSM8K as records {prompt, completion, answer}, with a seeded held-out test split.
 
     The prompt is the question followed by ``"\\nAnswer: "``; the completion is the full worked

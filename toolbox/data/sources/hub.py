@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from toolbox.core.bounds import Fraction
 from toolbox.core.errors import DataError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
@@ -14,7 +15,7 @@ def hub(
     name: str | None = None,
     train_split: str = "train",
     test_split: str | None = "test",
-    test_fraction: float | None = None,
+    test_fraction: Fraction | None = None,
     seed: int = 0,
     revision: str | None = None,
     cache_dir: str | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeInt
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
@@ -81,7 +82,9 @@ QUESTION = "Which intent?"
 
 
 @SOURCES.register("intents")
-def intents(num_train: int = 2000, num_test: int = 400, num_intents: int = 12, seed: int = 0) -> Splits:
+def intents(
+    num_train: AtLeastOne = 2000, num_test: NonNegativeInt = 400, num_intents: AtLeastOne = 12, seed: int = 0
+) -> Splits:
     """Customer messages with their intent, as records {text, label, options, question}.
 
     A message is an opener, one of four phrasings of its intent and a closer (128 distinct messages

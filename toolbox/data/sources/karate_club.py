@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from toolbox.core.bounds import NonNegativeInt
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
 from toolbox.data.graphs import node_splits
 
 
 @SOURCES.register("karate_club")
-def karate_club(num_val: int = 10, seed: int = 0) -> Splits:
+def karate_club(num_val: NonNegativeInt = 10, seed: int = 0) -> Splits:
     """34 members, 4 communities, one-hot node features (``torch_geometric.datasets.KarateClub``).
 
     PyG labels one member per community for training; of the other 30, ``num_val`` (a seeded draw)

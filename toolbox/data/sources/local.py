@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolbox.core.bounds import Fraction
 from toolbox.core.errors import DataError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Record, Splits
@@ -16,7 +17,7 @@ def local(
     path: str,
     train: str = "train",
     test: str | None = "test",
-    test_fraction: float | None = None,
+    test_fraction: Fraction | None = None,
     seed: int = 0,
 ) -> Splits:
     """Records read from local files, the format chosen by the file suffix.

@@ -6,6 +6,7 @@ from typing import Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne, Fraction, NonNegativeFloat
 from toolbox.core.errors import DataError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
@@ -15,15 +16,15 @@ from toolbox.data.graphs import graph_set_splits, node_splits
 @SOURCES.register("sbm")
 def sbm(
     task: Literal["node", "graph"] = "node",
-    num_blocks: int = 3,
-    block_size: int = 50,
-    p_in: float = 0.2,
-    p_out: float = 0.02,
-    in_dim: int = 8,
-    feature_noise: float = 1.0,
-    num_graphs: int = 200,
-    val_fraction: float = 0.1,
-    test_fraction: float = 0.2,
+    num_blocks: AtLeastOne = 3,
+    block_size: AtLeastOne = 50,
+    p_in: Fraction = 0.2,
+    p_out: Fraction = 0.02,
+    in_dim: AtLeastOne = 8,
+    feature_noise: NonNegativeFloat = 1.0,
+    num_graphs: AtLeastOne = 200,
+    val_fraction: Fraction = 0.1,
+    test_fraction: Fraction = 0.2,
     seed: int = 0,
 ) -> Splits:
     """Graphs drawn from a stochastic block model (``torch_geometric.utils.stochastic_blockmodel_graph``).

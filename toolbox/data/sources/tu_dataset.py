@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolbox.core.bounds import Fraction
 from toolbox.core.errors import DataError
 from toolbox.core.registries import SOURCES
 from toolbox.data.base import Splits
@@ -14,8 +15,8 @@ from toolbox.data.graphs import graph_set_splits
 def tu_dataset(
     dataset: str,
     root: str = "data/tu",
-    val_fraction: float = 0.1,
-    test_fraction: float = 0.1,
+    val_fraction: Fraction = 0.1,
+    test_fraction: Fraction = 0.1,
     seed: int = 0,
     download: bool = True,
 ) -> Splits:

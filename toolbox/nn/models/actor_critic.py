@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import MODELS
 from toolbox.nn.layer_spec import build_layer, config_path
@@ -183,16 +184,16 @@ class ActorCritic(nn.Module):
 
 @MODELS.register("actor_critic")
 def actor_critic(
-    obs_dim: int,
-    num_actions: int | None = None,
-    action_dim: int | None = None,
+    obs_dim: AtLeastOne,
+    num_actions: AtLeastOne | None = None,
+    action_dim: AtLeastOne | None = None,
     action_low: list[float] | None = None,
     action_high: list[float] | None = None,
-    hidden_dims: list[int] = [64, 64],  # noqa: B006 - a config default, never mutated
+    hidden_dims: list[AtLeastOne] = [64, 64],  # noqa: B006 - a config default, never mutated
     activation: dict[str, Any] | str = "activation/tanh",
     head: dict[str, Any] | str | None = None,
-    actor_gain: float = 0.01,
-    critic_gain: float = 1.0,
+    actor_gain: NonNegativeFloat = 0.01,
+    critic_gain: NonNegativeFloat = 1.0,
     path: str | None = None,
 ) -> ActorCritic:
     """An actor-critic for gymnasium environments (CleanRL's ``Agent``): see :class:`ActorCritic`.

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from toolbox.core.bounds import AtLeastOne, Fraction
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import MODELS
 from toolbox.nn.layer_spec import build_layer, config_path
@@ -59,15 +60,15 @@ class GNN(SavedModel, nn.Module):
 
     def __init__(
         self,
-        in_dim: int,
-        num_classes: int | None = None,
+        in_dim: AtLeastOne,
+        num_classes: AtLeastOne | None = None,
         task: Literal["node", "edge", "graph"] = "node",
         conv: dict[str, Any] | str = "graph_conv/gcn",
         out_conv: dict[str, Any] | str | None = None,
-        hidden_dims: list[int] = [16],  # noqa: B006 - a config default, never mutated
+        hidden_dims: list[AtLeastOne] = [16],  # noqa: B006 - a config default, never mutated
         norm: dict[str, Any] | str | None = None,
         activation: dict[str, Any] | str = "activation/relu",
-        dropout: float = 0.5,
+        dropout: Fraction = 0.5,
         pool: Literal["mean", "add", "max"] = "mean",
         head: dict[str, Any] | str = {"name": "mlp/dense", "hidden_dims": []},  # noqa: B006
     ) -> None:

@@ -22,6 +22,7 @@ from typing import Literal
 
 from torch import nn
 
+from toolbox.core.bounds import AtLeastOne, Fraction, PositiveFloat
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import MODELS
 from toolbox.nn.models.head_sizes import check_heads
@@ -32,17 +33,17 @@ ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2")
 
 @MODELS.register("causal_lm")
 def causal_lm(
-    vocab_size: int,
+    vocab_size: AtLeastOne,
     architecture: Architecture = "llama",
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 2,
-    num_kv_heads: int | None = None,
-    intermediate_size: int = 256,
-    max_position_embeddings: int = 256,
+    hidden_size: AtLeastOne = 64,
+    num_layers: AtLeastOne = 2,
+    num_heads: AtLeastOne = 2,
+    num_kv_heads: AtLeastOne | None = None,
+    intermediate_size: AtLeastOne = 256,
+    max_position_embeddings: AtLeastOne = 256,
     tie_word_embeddings: bool = True,
-    rope_theta: float = 10000.0,
-    dropout: float = 0.0,
+    rope_theta: PositiveFloat = 10000.0,
+    dropout: Fraction = 0.0,
     pad_token_id: int | None = None,
     bos_token_id: int | None = None,
     eos_token_id: int | None = None,

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from toolbox.core.bounds import AtLeastOne, Fraction
 from toolbox.core.registries import MODELS
 from toolbox.nn.layer_spec import config_path
 from toolbox.nn.layers.mlp import MLP
@@ -13,12 +14,12 @@ from toolbox.nn.layers.mlp import MLP
 
 @MODELS.register("mlp_classifier")
 def mlp_classifier(
-    in_dim: int,
-    num_classes: int,
-    hidden_dims: list[int] = [64],  # noqa: B006 - a config default, never mutated
+    in_dim: AtLeastOne,
+    num_classes: AtLeastOne,
+    hidden_dims: list[AtLeastOne] = [64],  # noqa: B006 - a config default, never mutated
     activation: dict[str, Any] = {"name": "activation/relu"},  # noqa: B006
     norm: dict[str, Any] | None = None,
-    dropout: float = 0.0,
+    dropout: Fraction = 0.0,
 ) -> nn.Module:
     """An MLP (``mlp/dense``) whose ``forward(x)`` maps ``(batch, in_dim)`` features to
     ``(batch, num_classes)`` logits.

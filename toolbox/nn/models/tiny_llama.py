@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from torch import nn
 
+from toolbox.core.bounds import AtLeastOne, Fraction, PositiveFloat
 from toolbox.core.registries import MODELS
 from toolbox.nn.models.hf_random_init import causal_lm
 
 
 @MODELS.register("tiny_llama")
 def tiny_llama(
-    vocab_size: int,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 2,
-    num_kv_heads: int | None = None,
-    intermediate_size: int = 256,
-    max_position_embeddings: int = 256,
+    vocab_size: AtLeastOne,
+    hidden_size: AtLeastOne = 64,
+    num_layers: AtLeastOne = 2,
+    num_heads: AtLeastOne = 2,
+    num_kv_heads: AtLeastOne | None = None,
+    intermediate_size: AtLeastOne = 256,
+    max_position_embeddings: AtLeastOne = 256,
     tie_word_embeddings: bool = True,
-    rope_theta: float = 10000.0,
-    dropout: float = 0.0,
+    rope_theta: PositiveFloat = 10000.0,
+    dropout: Fraction = 0.0,
     pad_token_id: int | None = None,
     bos_token_id: int | None = None,
     eos_token_id: int | None = None,

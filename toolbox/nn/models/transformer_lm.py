@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from toolbox.core.bounds import AtLeastOne, Fraction
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import MODELS
 from toolbox.nn.layer_spec import build_layer, config_path
@@ -89,15 +90,15 @@ class TransformerLM(nn.Module):
 
     def __init__(
         self,
-        vocab_size: int,
-        hidden_size: int = 64,
-        num_layers: int = 2,
-        num_heads: int = 2,
-        max_position_embeddings: int = 256,
+        vocab_size: AtLeastOne,
+        hidden_size: AtLeastOne = 64,
+        num_layers: AtLeastOne = 2,
+        num_heads: AtLeastOne = 2,
+        max_position_embeddings: AtLeastOne = 256,
         norm: dict[str, Any] = {"name": "norm/rmsnorm"},  # noqa: B006 - a config default, never mutated
         feedforward: dict[str, Any] = {"name": "feedforward/swiglu", "hidden_dim": 256},  # noqa: B006
         attention: dict[str, Any] = {"name": "attention/mha"},  # noqa: B006
-        dropout: float = 0.0,
+        dropout: Fraction = 0.0,
         tie_word_embeddings: bool = True,
     ) -> None:
         super().__init__()

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import torch
 
+from toolbox.core.bounds import AtLeastOne
 from toolbox.core.registries import ENGINES
 from toolbox.serving.engine import (
     Completion,
@@ -53,8 +54,8 @@ class HFEngine(InferenceEngine):
         path: str | None = None,
         dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         device: str = "auto",
-        batch_size: int = 32,
-        max_model_len: int | None = None,
+        batch_size: AtLeastOne = 32,
+        max_model_len: AtLeastOne | None = None,
     ) -> None:
         loaded = model is None
         model, tokenizer = resolve(model, tokenizer, path, dtype, "hf")

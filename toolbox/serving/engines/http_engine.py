@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from toolbox.core.bounds import AtLeastOne, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from toolbox.core.registries import ENGINES
 from toolbox.core.retry import retry
 from toolbox.serving.engine import (
@@ -108,12 +109,12 @@ class HTTPEngine(InferenceEngine):
         api_key: str | None = None,
         tokenizer: Any = None,
         path: str | None = None,
-        timeout: float = 120.0,
-        connect_timeout: float = 10.0,
-        max_retries: int = 4,
-        retry_delay: float = 0.5,
-        max_retry_delay: float = 8.0,
-        max_concurrency: int = 16,
+        timeout: PositiveFloat = 120.0,
+        connect_timeout: PositiveFloat = 10.0,
+        max_retries: NonNegativeInt = 4,
+        retry_delay: NonNegativeFloat = 0.5,
+        max_retry_delay: NonNegativeFloat = 8.0,
+        max_concurrency: AtLeastOne = 16,
         extensions: bool = True,
     ) -> None:
         import httpx

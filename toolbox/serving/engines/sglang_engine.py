@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from toolbox.core.bounds import AtLeastOne, PositiveFraction
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ENGINES
 from toolbox.serving.engine import (
@@ -59,8 +60,8 @@ class SGLangEngine(InferenceEngine):
         tokenizer: Any = None,
         path: str | None = None,
         dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto",
-        max_model_len: int | None = None,
-        mem_fraction_static: float = 0.5,
+        max_model_len: AtLeastOne | None = None,
+        mem_fraction_static: PositiveFraction = 0.5,
         seed: int = 0,
         extra: dict[str, Any] | None = None,
     ) -> None:

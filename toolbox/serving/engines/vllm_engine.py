@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from toolbox.core.bounds import AtLeastOne, PositiveFraction
 from toolbox.core.registries import ENGINES
 from toolbox.nn.adapters import ADAPTER_CONFIG, holds_adapter
 from toolbox.serving.engine import (
@@ -81,11 +82,11 @@ class VLLMEngine(InferenceEngine):
         tokenizer: Any = None,
         path: str | None = None,
         dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32",
-        max_model_len: int | None = None,
+        max_model_len: AtLeastOne | None = None,
         enforce_eager: bool = True,
         seed: int = 0,
         multiprocessing: bool = False,
-        gpu_memory_utilization: float = 0.5,
+        gpu_memory_utilization: PositiveFraction = 0.5,
         extra: dict[str, Any] | None = None,
     ) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocessing else "0"
