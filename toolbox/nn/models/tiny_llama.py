@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from toolbox.core.registries import MODELS
-from toolbox.nn.models.hf_random_init import causal_lm
+from toolbox.nn.models.hf_random_init import hf_causal_lm
 
 
 @MODELS.register("tiny_llama")
@@ -45,7 +45,7 @@ def tiny_llama(
         bos_token_id: id of the beginning-of-sequence token; injected from the tokenizer.
         eos_token_id: id of the end-of-sequence token; injected from the tokenizer.
     """
-    return causal_lm(
+    return hf_causal_lm(
         vocab_size,
         architecture="llama",
         hidden_size=hidden_size,
