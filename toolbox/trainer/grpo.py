@@ -17,9 +17,9 @@ One ``train_step`` is one rollout round::
               (nothing is copied); any other engine gets ``update_weights`` after each optimizer step
 
 One step's files, in order: ``data/loader.py`` · ``rl/rollouts.py`` → ``serving/engine.py`` →
-``serving/engines/torch_engine.py`` (runner, scheduler) · ``rewards/composite.py`` · ``rl/advantages.py``
-(``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py`` → ``trainer/base.py``
-(``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round.
+``serving/engines/torch/engine.py`` (``runner.py``, ``scheduler.py``) · ``rewards/composite.py`` ·
+``rl/advantages.py`` (``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py``
+→ ``trainer/base.py`` (``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round.
 Metrics: per reward component mean/std/errors, reward mean/std, KL to the reference, clip fractions,
 entropy, completion lengths, timings, rollout tokens/s (``sampling/*``: dynamic sampling).
 """
