@@ -144,3 +144,17 @@ def test_names_are_unique_across_registries_but_the_listed_pairs():
     shared = {name: ks for name, ks in kinds.items() if len(ks) > 1}
     assert shared == SHARED_NAMES
     assert "causal_lm" not in Registry.all()["model"] and "local" not in Registry.all()["source"]
+
+
+def test_a_renamed_component_names_its_new_name():
+    from toolbox.core.errors import UnknownComponentError
+    from toolbox.core.registries import MODELS, SOURCES
+
+    with pytest.raises(UnknownComponentError) as e:
+        MODELS.get("causal_lm", path="model.name")
+    assert str(e.value) == (
+        "model.name: model 'causal_lm' is now called 'hf_causal_lm' (names are unique across registries); "
+        "write model.name=hf_causal_lm."
+    )
+    with pytest.raises(UnknownComponentError, match="write data.source.name=local_files"):
+        SOURCES.validate({"name": "local", "path": "x"}, "data.source")
