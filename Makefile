@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install vllm demo test test-slow lint catalog docs docs-serve
+.PHONY: install vllm demo test test-slow lint catalog configs docs docs-serve
 install: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -37,6 +37,10 @@ lint: install
 
 catalog: install
 	$(VENV)/bin/toolbox catalog --out docs/catalog.md
+
+# the config group files that only name a component, generated from the registries
+configs: install
+	$(VENV)/bin/python -m toolbox.experiment.group_files
 
 # the documentation site: docs/gen_pages.py (an MkDocs hook) generates the reference pages from the code
 docs: install

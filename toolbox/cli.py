@@ -26,11 +26,14 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
     from toolbox.core.atomic import atomic_write_text
 
-    text = OmegaConf.to_yaml(_config(args), resolve=True)
+    cfg = _config(args)
+    text = OmegaConf.to_yaml(cfg, resolve=True)
     if args.out:
         atomic_write_text(Path(args.out), text)
-    else:
-        print(text, end="")
+    else:  # each component's name with the file:line that defines it (toolbox/experiment/sources.py)
+        from toolbox.experiment.sources import component_sources, with_sources
+
+        print(with_sources(text, component_sources(cfg)), end="")
     return 0
 
 
@@ -156,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=("bash", "zsh", "tcsh"), help="the shell to complete in")
     p.set_defaults(fn=cmd_completion)
 
-    p = sub.add_parser("compose", help="print (or write) the fully resolved config")
+    p = sub.add_parser(
+        "compose", help="print (or write) the fully resolved config; printed, each name shows its file:line"
+    )
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     p.add_argument("--config", help="start from this composed config.yaml instead of composing")
     p.add_argument("--out", help="write the YAML here (atomically) instead of printing it")

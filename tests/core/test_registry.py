@@ -119,3 +119,42 @@ def test_built_in_registries_are_populated():
     assert {"adamw", "sgd"} <= set(OPTIMIZERS.names())
     assert {"constant", "linear", "cosine"} <= set(SCHEDULERS.names())
     assert "supervised" in TRAINERS.names()
+
+
+# Names that two registries share because they are the parts of one thing: a data pipeline's
+# dataset and collator (and its evaluator), a trainer and its objective, a model and its tokenizer.
+# This set only shrinks: a new name must be unique across every registry.
+SHARED_NAMES = {
+    "decision": {"collator", "dataset", "evaluator"},
+    "graph": {"collator", "evaluator"},
+    "grpo": {"objective", "trainer"},
+    "preference": {"collator", "dataset", "trainer"},
+    "pretrained": {"model", "tokenizer"},
+    "unpaired_preference": {"collator", "dataset"},
+}
+
+
+def test_names_are_unique_across_registries_but_the_listed_pairs():
+    import toolbox.core.registries  # noqa: F401  (every registry)
+
+    kinds: dict[str, set[str]] = {}
+    for kind, registry in Registry.all().items():
+        for name, _ in registry:
+            kinds.setdefault(name, set()).add(kind)
+    shared = {name: ks for name, ks in kinds.items() if len(ks) > 1}
+    assert shared == SHARED_NAMES
+    assert "causal_lm" not in Registry.all()["model"] and "local" not in Registry.all()["source"]
+
+
+def test_a_renamed_component_names_its_new_name():
+    from toolbox.core.errors import UnknownComponentError
+    from toolbox.core.registries import MODELS, SOURCES
+
+    with pytest.raises(UnknownComponentError) as e:
+        MODELS.get("causal_lm", path="model.name")
+    assert str(e.value) == (
+        "model.name: model 'causal_lm' is now called 'hf_causal_lm' (names are unique across registries); "
+        "write model.name=hf_causal_lm."
+    )
+    with pytest.raises(UnknownComponentError, match="write data.source.name=local_files"):
+        SOURCES.validate({"name": "local", "path": "x"}, "data.source")

@@ -141,7 +141,7 @@ def _write(path: Path, records: list[dict]) -> Path:
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet", ".arrow"])
 def test_local_reads_each_format_and_holds_out_a_seeded_fraction(tmp_path, suffix):
     path = _write(tmp_path / f"data{suffix}", RECORDS)
-    spec = {"name": "local", "path": str(path), "test_fraction": 0.25, "seed": 3}
+    spec = {"name": "local_files", "path": str(path), "test_fraction": 0.25, "seed": 3}
     s = SOURCES.build(spec)
     assert len(s.test) == 5 and len(s.train) == 15
     assert sorted([*s.train, *s.test], key=lambda r: int(r["answer"])) == RECORDS
@@ -152,9 +152,9 @@ def test_local_reads_each_format_and_holds_out_a_seeded_fraction(tmp_path, suffi
 def test_local_folder_of_split_files(tmp_path):
     _write(tmp_path / "train.jsonl", RECORDS[:15])
     _write(tmp_path / "test.jsonl", RECORDS[15:])
-    s = SOURCES.build({"name": "local", "path": str(tmp_path)})
+    s = SOURCES.build({"name": "local_files", "path": str(tmp_path)})
     assert s.train == RECORDS[:15] and s.test == RECORDS[15:]
-    s = SOURCES.build({"name": "local", "path": str(tmp_path), "train": "test", "test": None})
+    s = SOURCES.build({"name": "local_files", "path": str(tmp_path), "train": "test", "test": None})
     assert s.train == RECORDS[15:] and s.test == []
 
 
@@ -164,24 +164,24 @@ def test_local_save_to_disk_folders(tmp_path):
     DatasetDict(
         {"train": Dataset.from_list(RECORDS[:12]), "test": Dataset.from_list(RECORDS[12:])}
     ).save_to_disk(str(tmp_path / "dict"))
-    s = SOURCES.build({"name": "local", "path": str(tmp_path / "dict")})
+    s = SOURCES.build({"name": "local_files", "path": str(tmp_path / "dict")})
     assert s.train == RECORDS[:12] and s.test == RECORDS[12:]
     Dataset.from_list(RECORDS).save_to_disk(str(tmp_path / "single"))
-    s = SOURCES.build({"name": "local", "path": str(tmp_path / "single"), "test_fraction": 0.1})
+    s = SOURCES.build({"name": "local_files", "path": str(tmp_path / "single"), "test_fraction": 0.1})
     assert len(s.train) == 18 and len(s.test) == 2
 
 
 def test_local_missing_things_are_data_errors_naming_them(tmp_path):
     with pytest.raises(DataError, match=r"nowhere.* does not exist.*train\.jsonl"):
-        SOURCES.build({"name": "local", "path": str(tmp_path / "nowhere")})
+        SOURCES.build({"name": "local_files", "path": str(tmp_path / "nowhere")})
     with pytest.raises(DataError, match=r"no training split: looked for train\.jsonl, train\.json"):
-        SOURCES.build({"name": "local", "path": str(tmp_path)})
+        SOURCES.build({"name": "local_files", "path": str(tmp_path)})
     _write(tmp_path / "train.jsonl", RECORDS)
     with pytest.raises(DataError, match="test_fraction"):
-        SOURCES.build({"name": "local", "path": str(tmp_path)})
+        SOURCES.build({"name": "local_files", "path": str(tmp_path)})
     (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n\n{"prompt": oops}\n')
     with pytest.raises(DataError, match=r"bad\.jsonl:3: not valid JSON"):
-        SOURCES.build({"name": "local", "path": str(tmp_path / "bad.jsonl"), "test": None})
+        SOURCES.build({"name": "local_files", "path": str(tmp_path / "bad.jsonl"), "test": None})
 
 
 # hub (on a local folder: the same load_dataset code path, no network) -------------------------------

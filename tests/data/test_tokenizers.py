@@ -145,4 +145,4 @@ def test_offline_hub_ids_fail_fast_with_the_fix(tmp_path):
     lines = [line for line in out.stdout.splitlines() if line.startswith("DataError:")]
     assert len(lines) == 2, out.stdout + out.stderr
     assert "nobody/no-such-tokenizer" in lines[0] and "tokenizer.path at a local directory" in lines[0]
-    assert "nobody/no-such-dataset" in lines[1] and "data.source=local data.source.path=" in lines[1]
+    assert "nobody/no-such-dataset" in lines[1] and "data=local data.source.path=" in lines[1]

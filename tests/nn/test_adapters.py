@@ -96,7 +96,7 @@ def test_lora_dpo_reference_is_the_policy_with_adapters_disabled(tiny_overrides,
         for name, p in parts.model.named_parameters():
             if "lora_B" in name:
                 p.add_(torch.randn_like(p) * 0.1)
-    batch = parts.trainer._to_device(parts.trainer.loader.next_batch())
+    batch = parts.trainer.to_device(parts.trainer.loader.next_batch())
     lean, plain = (
         completion_logps(parts.trainer._reference_forward, batch),
         completion_logps(parts.reference_model, batch),

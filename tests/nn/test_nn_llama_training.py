@@ -199,7 +199,7 @@ def build_family(architecture, **settings):
     torch.manual_seed(0)
     sizes = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 96}
     return MODELS.build(
-        {"name": "causal_lm", "architecture": architecture, **sizes, **settings},
+        {"name": "hf_causal_lm", "architecture": architecture, **sizes, **settings},
         path="model",
         vocab_size=VOCAB,
         pad_token_id=0,

@@ -48,7 +48,7 @@ def _overrides(tiny_overrides, architecture, trainer, run_dir):
         base = [o for o in base if not o.startswith("trainer.batch_size")]
     return [
         *base,
-        "model=causal_lm",
+        "model=hf_causal_lm",
         f"model.architecture={architecture}",
         "model.hidden_size=64",
         "model.num_layers=1",

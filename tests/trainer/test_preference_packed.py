@@ -32,7 +32,7 @@ def test_packed_pairs_take_the_same_steps_as_padded_ones(tiny_overrides, forward
     padded = _build([*tiny_overrides, *PAIRS, f"trainer.forward={forward}"])
     packed = _build([*tiny_overrides, *PAIRS, *PACKED, f"trainer.forward={forward}"])
     examples = padded.train_data[:8]
-    a, b = padded.trainer._collate(list(examples)), packed.trainer._collate(list(examples))
+    a, b = padded.trainer.collate(list(examples)), packed.trainer.collate(list(examples))
     assert b["num_sequences"] == a["input_ids"].shape[0] == 16
     assert int((b["segments"] >= 0).sum()) == int(a["attention_mask"].sum())  # every token, once
     with torch.no_grad():

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from toolbox.core.registry import Registry
 
-MODELS = Registry("model", modules=("toolbox.nn.models", "toolbox.rewards.learned"))
+MODELS = Registry(
+    "model", modules=("toolbox.nn.models", "toolbox.rewards.learned"), renamed={"causal_lm": "hf_causal_lm"}
+)
 LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
 ADAPTERS = Registry("adapter", modules=("toolbox.nn.adapters",))
 TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
-SOURCES = Registry("source", modules=("toolbox.data.sources", "toolbox.data.prepared"))
+SOURCES = Registry(
+    "source", modules=("toolbox.data.sources", "toolbox.data.prepared"), renamed={"local": "local_files"}
+)
 DATASETS = Registry("dataset", modules=("toolbox.data.datasets", "toolbox.decision.data"))
 COLLATORS = Registry("collator", modules=("toolbox.data.collators", "toolbox.decision.data"))
 OBJECTIVES = Registry(

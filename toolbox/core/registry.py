@@ -53,10 +53,17 @@ class Registry:
 
     _all: dict[str, Registry] = {}
 
-    def __init__(self, kind: str, modules: tuple[str, ...] = (), base: type | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        modules: tuple[str, ...] = (),
+        base: type | None = None,
+        renamed: Mapping[str, str] | None = None,
+    ) -> None:
         self.kind = kind
         self.base = base
         self.modules = modules  # imported on first lookup: they register the built-in components
+        self.renamed = dict(renamed or {})  # old name -> new name: a config using the old one is told
         self._entries: dict[str, Callable[..., Any]] = {}
         self._plugins_loaded = False
         Registry._all[kind] = self
@@ -90,6 +97,12 @@ class Registry:
 
     def get(self, name: str, path: str | None = None) -> Callable[..., Any]:
         self._load_plugins()
+        if name not in self._entries and name in self.renamed:
+            where = f"{path}: " if path else ""
+            raise UnknownComponentError(
+                f"{where}{self.kind} '{name}' is now called '{self.renamed[name]}' (names are unique across "
+                f"registries); write {path or self.kind + '.name'}={self.renamed[name]}."
+            )
         if name not in self._entries:
             names = self.names()
             close = difflib.get_close_matches(str(name), names, n=1)

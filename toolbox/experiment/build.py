@@ -11,8 +11,9 @@ list in ``schema.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,38 +22,52 @@ from toolbox.core.output import check_output_dir
 from toolbox.experiment.schema import DATA_FACTS, TRAINER_INJECTED
 from toolbox.experiment.validate import validate_config
 
+if TYPE_CHECKING:  # the types only: building imports each component's module on first use
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from toolbox.core.context import RunContext
+    from toolbox.data.base import DatasetFactory, Example, Record, Splits
+    from toolbox.distributed.base import Strategy
+    from toolbox.objectives.base import Objective
+    from toolbox.rl.envs import GymEnv
+    from toolbox.serving.engine import InferenceEngine
+    from toolbox.trainer.base import BaseTrainer
+    from toolbox.trainer.callbacks.base import Callback
+    from toolbox.trainer.precision import Precision
+
 
 @dataclass
 class Components:
-    """Everything a trainer needs, built and wired."""
+    """Everything a trainer needs, built and wired: each field's type is what its registry builds."""
 
     cfg: DictConfig
-    context: Any
-    strategy: Any
-    tokenizer: Any
-    splits: Any
-    train_data: Any
-    eval_data: Any
-    model: Any
-    objective: Any
-    optimizer: Any
-    scheduler: Any
-    collator: Any
-    precision: Any
-    callbacks: list = field(default_factory=list)
-    evaluators: list = field(default_factory=list)
-    dataset: Any = None  # the dataset factory (its settings: max_length, field names)
-    reference_model: Any = None  # the frozen reference, when the trainer and the objective use one
-    engine: Any = None  # the inference engine, when the trainer generates (GRPO)
-    trainer: Any = None
-    env: Any = None  # a toolbox.rl.envs.GymEnv when the config has an env: node
+    context: RunContext
+    strategy: Strategy
+    tokenizer: PreTrainedTokenizerBase | None  # models of vectors and graphs have none
+    splits: Splits | None  # the raw records (None: an environment run)
+    train_data: list[Example] | None  # the dataset factory's examples of each split
+    eval_data: list[Example] | None
+    model: torch.nn.Module
+    objective: Objective
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    collator: Callable[[list[Example]], Any] | None  # examples -> one batch
+    precision: Precision
+    callbacks: list[Callback] = field(default_factory=list)
+    evaluators: list[Callable[[Components], dict[str, float]]] = field(default_factory=list)
+    dataset: DatasetFactory | None = None  # the dataset factory (its settings: max_length, field names)
+    reference_model: torch.nn.Module | None = None  # the frozen reference (trainer and objective use one)
+    engine: InferenceEngine | None = None  # the inference engine, when the trainer generates (GRPO)
+    trainer: BaseTrainer | None = None
+    env: GymEnv | None = None  # when the config has an env: node
 
     def release_reference(self) -> None:
         """Drop the reference model (a trainer that precomputed all it needs from it frees its memory)."""
         self.reference_model = None
 
     @property
-    def test_records(self) -> Any:
+    def test_records(self) -> Sequence[Record]:
         return self.splits.test
 
 

@@ -268,48 +268,128 @@ class DPOMixLoss(PairLoss):
         return total, self.beta * pairs.chosen.detach(), self.beta * pairs.rejected.detach(), extra
 
 
-def _single(
-    loss_type: str, doc: str, with_smoothing: bool = False, with_tau: bool = False, smoothing: float = 0.0
-) -> type:
-    """A registered objective that is DPOMixLoss with one fixed loss type (TRL's name)."""
-
-    if with_smoothing:
-
-        def __init__(self, beta: float = 0.1, label_smoothing: float = smoothing) -> None:
-            DPOMixLoss.__init__(self, loss_type, beta=beta, label_smoothing=label_smoothing)
-
-        args = "beta: the KL strength β.\n        label_smoothing: ε (see dpo_mix)."
-    elif with_tau:
-
-        def __init__(self, beta: float = 0.1, discopop_tau: float = 0.05) -> None:
-            DPOMixLoss.__init__(self, loss_type, beta=beta, discopop_tau=discopop_tau)
-
-        args = "beta: the KL strength β.\n        discopop_tau: τ of the log-ratio modulation."
-    else:
-
-        def __init__(self, beta: float = 0.1) -> None:
-            DPOMixLoss.__init__(self, loss_type, beta=beta)
-
-        args = "beta: the KL strength β."
-    name = "".join(part.capitalize() for part in loss_type.split("_")) + "Loss"
-    cls = type(name, (DPOMixLoss,), {"__init__": __init__, "__module__": __name__})
-    cls.__doc__ = f"{doc} (TRL's ``loss_type='{loss_type}'``).\n\n    Args:\n        {args}\n    "
-    cls.__qualname__ = name
-    return OBJECTIVES.register(loss_type)(cls)
+# One registered objective per TRL loss type that takes no list: DPOMixLoss with that one type fixed.
 
 
-ExoPairLoss = _single(
-    "exo_pair",
-    "EXO-pref (Ji et al. 2024): reverse KL to the smoothed label",
-    with_smoothing=True,
-    smoothing=1e-3,
-)
-NcaPairLoss = _single("nca_pair", "NCA (Chen et al. 2024): absolute likelihood of chosen and rejected")
-BcoPairLoss = _single("bco_pair", "BCO on pairs (Jung et al. 2024): chosen up, rejected down, separately")
-SppoHardLoss = _single("sppo_hard", "SPPO with hard win probabilities (Wu et al. 2024)")
-AotLoss = _single("aot", "AOT (Melnyk et al. 2024): distributional alignment of sorted log-ratios", True)
-AotUnpairedLoss = _single("aot_unpaired", "AOT on unpaired data: sorted chosen vs sorted rejected", True)
-ApoZeroLoss = _single("apo_zero", "APO-zero (D'Oosterlinck et al. 2024): chosen up, rejected down")
-ApoDownLoss = _single("apo_down", "APO-down: both down, rejected more")
-DiscopopLoss = _single("discopop", "DiscoPOP (Chris Lu et al. 2024): log-ratio modulated loss", with_tau=True)
-SigmoidNormLoss = _single("sigmoid_norm", "DPO's sigmoid on length-normalised log-ratios")
+@OBJECTIVES.register("exo_pair")
+class ExoPairLoss(DPOMixLoss):
+    """EXO-pref (Ji et al. 2024): reverse KL to the smoothed label (TRL's ``loss_type='exo_pair'``).
+
+    Args:
+        beta: the KL strength β.
+        label_smoothing: ε (see dpo_mix).
+    """
+
+    def __init__(self, beta: float = 0.1, label_smoothing: float = 1e-3) -> None:
+        super().__init__("exo_pair", beta=beta, label_smoothing=label_smoothing)
+
+
+@OBJECTIVES.register("nca_pair")
+class NcaPairLoss(DPOMixLoss):
+    """NCA (Chen et al. 2024): absolute likelihood of chosen and rejected (TRL's ``loss_type='nca_pair'``).
+
+    Args:
+        beta: the KL strength β.
+    """
+
+    def __init__(self, beta: float = 0.1) -> None:
+        super().__init__("nca_pair", beta=beta)
+
+
+@OBJECTIVES.register("bco_pair")
+class BcoPairLoss(DPOMixLoss):
+    """BCO on pairs (Jung et al. 2024): chosen up, rejected down, separately (TRL's ``loss_type='bco_pair'``).
+
+    Args:
+        beta: the KL strength β.
+    """
+
+    def __init__(self, beta: float = 0.1) -> None:
+        super().__init__("bco_pair", beta=beta)
+
+
+@OBJECTIVES.register("sppo_hard")
+class SppoHardLoss(DPOMixLoss):
+    """SPPO with hard win probabilities (Wu et al. 2024) (TRL's ``loss_type='sppo_hard'``).
+
+    Args:
+        beta: the KL strength β.
+    """
+
+    def __init__(self, beta: float = 0.1) -> None:
+        super().__init__("sppo_hard", beta=beta)
+
+
+@OBJECTIVES.register("aot")
+class AotLoss(DPOMixLoss):
+    """AOT (Melnyk et al. 2024): distributional alignment of sorted log-ratios (TRL's ``loss_type='aot'``).
+
+    Args:
+        beta: the KL strength β.
+        label_smoothing: ε (see dpo_mix).
+    """
+
+    def __init__(self, beta: float = 0.1, label_smoothing: float = 0.0) -> None:
+        super().__init__("aot", beta=beta, label_smoothing=label_smoothing)
+
+
+@OBJECTIVES.register("aot_unpaired")
+class AotUnpairedLoss(DPOMixLoss):
+    """AOT on unpaired data: sorted chosen vs sorted rejected (TRL's ``loss_type='aot_unpaired'``).
+
+    Args:
+        beta: the KL strength β.
+        label_smoothing: ε (see dpo_mix).
+    """
+
+    def __init__(self, beta: float = 0.1, label_smoothing: float = 0.0) -> None:
+        super().__init__("aot_unpaired", beta=beta, label_smoothing=label_smoothing)
+
+
+@OBJECTIVES.register("apo_zero")
+class ApoZeroLoss(DPOMixLoss):
+    """APO-zero (D'Oosterlinck et al. 2024): chosen up, rejected down (TRL's ``loss_type='apo_zero'``).
+
+    Args:
+        beta: the KL strength β.
+    """
+
+    def __init__(self, beta: float = 0.1) -> None:
+        super().__init__("apo_zero", beta=beta)
+
+
+@OBJECTIVES.register("apo_down")
+class ApoDownLoss(DPOMixLoss):
+    """APO-down: both down, rejected more (TRL's ``loss_type='apo_down'``).
+
+    Args:
+        beta: the KL strength β.
+    """
+
+    def __init__(self, beta: float = 0.1) -> None:
+        super().__init__("apo_down", beta=beta)
+
+
+@OBJECTIVES.register("discopop")
+class DiscopopLoss(DPOMixLoss):
+    """DiscoPOP (Chris Lu et al. 2024): log-ratio modulated loss (TRL's ``loss_type='discopop'``).
+
+    Args:
+        beta: the KL strength β.
+        discopop_tau: τ of the log-ratio modulation.
+    """
+
+    def __init__(self, beta: float = 0.1, discopop_tau: float = 0.05) -> None:
+        super().__init__("discopop", beta=beta, discopop_tau=discopop_tau)
+
+
+@OBJECTIVES.register("sigmoid_norm")
+class SigmoidNormLoss(DPOMixLoss):
+    """DPO's sigmoid on length-normalised log-ratios (TRL's ``loss_type='sigmoid_norm'``).
+
+    Args:
+        beta: the KL strength β.
+    """
+
+    def __init__(self, beta: float = 0.1) -> None:
+        super().__init__("sigmoid_norm", beta=beta)

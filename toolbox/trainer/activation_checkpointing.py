@@ -14,6 +14,6 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
     if enable is None:
         raise ConfigError(
             f"trainer.activation_checkpointing: {type(model).__name__} has no gradient_checkpointing_enable; "
-            "it works with Hugging Face models (model=tiny_llama, causal_lm or pretrained). Set it to false."
+            "it works with Hugging Face models (model=tiny_llama, hf_causal_lm or pretrained). Set it to false."
         )
     enable(gradient_checkpointing_kwargs={"use_reentrant": False})

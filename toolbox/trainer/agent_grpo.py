@@ -14,6 +14,14 @@ checkpoints) is GRPO's own code, unchanged: a one-turn environment gives GRPO's 
 ``max_reply_tokens`` limits one reply. With ``traces`` (default ``traces.sqlite`` in the run
 folder) every episode is recorded by the Tracer (``toolbox.rl.episode_trace``): ``toolbox traces
 show`` and ``toolbox traces to-dataset`` read it.
+
+One step's files, in order: ``data/loader.py`` (the round's tasks) · ``trainer/agent_grpo.py``
+(``rollout``) → ``rl/episodes.py`` (``EpisodeRunner``: turns through ``serving/engine.py``, tool
+calls parsed by ``data/hermes/calls.py`` and run by ``rl/tool_env.py``; the environment from
+``rl/text_envs/``) → ``rl/rollouts.py`` (``TextRollout.from_episodes``) · ``rl/episode_trace.py``
+(traces) · ``trainer/agent_grpo.py`` (``score``: ``rl/advantages.py``) → then GRPO's update, as in
+``trainer/grpo.py``: ``objectives/logprobs.py`` → ``objectives/policy.py`` → ``trainer/base.py``
+(``optimizer_step``) · ``trainer/callbacks/``.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ truncated ratio π_old/π_sampler of the engine's sampling log-probs (``toolbox.
 Both are described in ``docs/post_training.md`` (Asynchronous GRPO).
 
 One step's files, in order: ``data/loader.py`` · ``rl/rollouts.py`` → ``serving/engine.py`` →
-``serving/engines/torch_engine.py`` (runner, scheduler) · ``rewards/composite.py`` · ``rl/advantages.py``
-(``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py`` → ``trainer/base.py``
-(``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round.
+``serving/engines/torch/engine.py`` (``runner.py``, ``scheduler.py``) · ``rewards/composite.py`` ·
+``rl/advantages.py`` (``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py``
+→ ``trainer/base.py`` (``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round.
 Metrics: per reward component mean/std/errors, reward mean/std, KL to the reference, clip fractions,
 entropy, completion lengths, timings, rollout tokens/s (``sampling/*``: dynamic sampling).
 """

@@ -23,8 +23,8 @@ def hub(
     """A data set loaded with ``datasets.load_dataset(path, name)``.
 
     Without network access this fails with a DataError telling how to read the same data from
-    local files instead (``data.source=local``). Set ``HF_HUB_OFFLINE=1`` on machines without
-    network so the failure is immediate rather than after the download retries.
+    local files instead (``data=local``: the ``local_files`` source). Set ``HF_HUB_OFFLINE=1`` on
+    machines without network so the failure is immediate rather than after the download retries.
 
     Args:
         path: the hub id (``openai/gsm8k``) or anything else ``load_dataset`` accepts.
@@ -45,7 +45,7 @@ def hub(
         raise DataError(
             f"data.source: could not load '{path}' with datasets.load_dataset ({type(e).__name__}: {first}). "
             f"Without network access, get the data elsewhere (datasets' save_to_disk, or jsonl/parquet "
-            f"files) and use it here with data.source=local data.source.path=<that folder or file>."
+            f"files) and use it here with data=local data.source.path=<that folder or file>."
         ) from None
     if train_split not in loaded:
         raise DataError(

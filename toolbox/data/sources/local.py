@@ -12,7 +12,7 @@ from toolbox.data.sources.files import SUFFIXES, read_records
 from toolbox.data.sources.holdout import fraction_to_count, hold_out
 
 
-@SOURCES.register("local")
+@SOURCES.register("local_files")
 def local(
     path: str,
     train: str = "train",

@@ -4,7 +4,7 @@ Importing this package registers them; the ``MODELS`` registry does so on its fi
 libraries (transformers) are imported only when a model that needs them is built.
 
 - ``tiny_llama``: a randomly initialised Hugging Face ``LlamaForCausalLM`` built from a config.
-- ``causal_lm`` (``hf_random_init``): a randomly initialised Hugging Face causal LM of any common family (llama, mistral,
+- ``hf_causal_lm`` (``hf_random_init``): a randomly initialised Hugging Face causal LM of any common family (llama, mistral,
   qwen2, qwen3, gemma, gpt2) built from its own config class.
 - ``pretrained``: any causal LM ``AutoModelForCausalLM`` can load from a local directory or hub id.
 - ``transformer_lm``: our own small causal LM whose norm, attention and feed-forward are layer specs.

@@ -1,6 +1,6 @@
 """The attention-head layout a tiny model may have: ``hidden_size`` split into heads of at least 32.
 
-Every model built here from a config (``tiny_llama``, ``causal_lm``, the learned reward's backbone)
+Every model built here from a config (``tiny_llama``, ``hf_causal_lm``, the learned reward's backbone)
 checks its heads with ``check_heads`` before building, and fails with the values that would work.
 """
 

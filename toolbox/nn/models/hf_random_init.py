@@ -1,6 +1,6 @@
-"""``causal_lm``: a small Hugging Face causal LM of any common architecture, with random weights.
+"""``hf_causal_lm``: a small Hugging Face causal LM of any common architecture, with random weights.
 
-``model=causal_lm model.architecture=qwen3`` builds the family's own ``*ForCausalLM`` class from its
+``model=hf_causal_lm model.architecture=qwen3`` builds the family's own ``*ForCausalLM`` class from its
 own config class, sized like ``tiny_llama``, so everything downstream (trainers, checkpoints,
 ``save_pretrained``, the engines, eval) sees exactly what it would see with a real checkpoint of
 that family. What each family covers here:
@@ -31,8 +31,8 @@ Architecture = Literal["llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2"]
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2")
 
 
-@MODELS.register("causal_lm")
-def causal_lm(
+@MODELS.register("hf_causal_lm")
+def hf_causal_lm(
     vocab_size: AtLeastOne,
     architecture: Architecture = "llama",
     hidden_size: AtLeastOne = 64,

@@ -6,7 +6,7 @@ from torch import nn
 
 from toolbox.core.bounds import AtLeastOne, Fraction, PositiveFloat
 from toolbox.core.registries import MODELS
-from toolbox.nn.models.hf_random_init import causal_lm
+from toolbox.nn.models.hf_random_init import hf_causal_lm
 
 
 @MODELS.register("tiny_llama")
@@ -46,7 +46,7 @@ def tiny_llama(
         bos_token_id: id of the beginning-of-sequence token; injected from the tokenizer.
         eos_token_id: id of the end-of-sequence token; injected from the tokenizer.
     """
-    return causal_lm(
+    return hf_causal_lm(
         vocab_size,
         architecture="llama",
         hidden_size=hidden_size,

@@ -9,6 +9,14 @@ JSONL and W&B callbacks see them), and the held-out evaluation, checkpoint and F
 Objectives TRL 1.16's DPOTrainer has: ``dpo`` (loss_type sigmoid; without label smoothing, which
 TRL's sigmoid no longer takes), ``robust_dpo`` (robust), ``ipo``, ``hinge``. Resuming a TRL run
 (``resume_from``) is not supported.
+
+One step, the files it crosses in order: ``trainer/trl/dpo.py`` (``_trl_trainer``: the raw pairs
+and the ``DPOConfig``, once) → ``trainer/trl/bridge.py`` (``run_trl_loop`` hands the loop to TRL) →
+TRL's ``trl/trainer/dpo_trainer.py`` (``DataCollatorForPreference`` pads the pairs,
+``_compute_loss``: the policy's and the reference's log-probs and the loss type) → transformers'
+``trainer.py`` (``training_step``: backward; then clip, our optimizer's and scheduler's step) →
+``trainer/trl/bridge.py`` (``on_log``: TRL's numbers as our STEP_END) → ``trainer/callbacks/``.
+Held-out evaluation is ours: ``trainer/preference.py``'s ``preference_metrics``.
 """
 
 from __future__ import annotations

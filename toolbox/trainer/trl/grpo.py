@@ -12,6 +12,15 @@ range, beta and importance-sampling level, the advantage scaling (group_norm's s
 ``activation_checkpointing=False``, ``use_cpu=True``, ``report_to="none"``, ``use_vllm=False``.
 TRL's per-step logs become our STEP_END events; evaluation, the final checkpoint and the
 ``model/`` export are ours. Resuming (``resume_from``) is not supported.
+
+One step, the files it crosses in order: ``trainer/trl/grpo.py`` (``trl_config`` and
+``_trl_trainer``, once; ``trl_reward_funcs`` wraps our rewards) → ``trainer/trl/bridge.py``
+(``run_trl_loop`` hands the loop to TRL) → TRL's ``trl/trainer/grpo_trainer.py``
+(``_generate_and_score_completions``: generation with the model's ``generate``, then our reward
+components through ``rewards/base.py``'s ``call_reward``, the group advantages; ``_compute_loss``:
+the clipped objective) → transformers' ``trainer.py`` (``training_step``: backward; then clip, our
+optimizer's and scheduler's step) → ``trainer/trl/bridge.py`` (``on_log``: TRL's numbers as our
+STEP_END) → ``trainer/callbacks/``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ accumulation, steps and gradient clipping are the same. On CPU: ``bf16=False``,
 ``activation_checkpointing=False``, ``use_cpu=True``, ``report_to="none"``. TRL's per-step logs
 become our STEP_END events; evaluation, the final checkpoint and the ``model/`` export are ours.
 Resuming (``resume_from``) is not supported.
+
+One step, the files it crosses in order: ``trainer/trl/sft.py`` (``_trl_trainer``: the raw rows
+and the ``SFTConfig``, once) → ``trainer/trl/bridge.py`` (``run_trl_loop`` hands the loop to TRL) →
+TRL's ``trl/trainer/sft_trainer.py`` (``DataCollatorForLanguageModeling`` pads the batch,
+``compute_loss``: the completion-only cross entropy) → transformers' ``trainer.py``
+(``training_step``: backward; then clip, our optimizer's and scheduler's step) →
+``trainer/trl/bridge.py`` (``on_log``: TRL's numbers as our STEP_END) → ``trainer/callbacks/``.
 """
 
 from __future__ import annotations
