@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ScriptedEngine, solve  # tests/rl/conftest.py
+from tests.rl.conftest import ScriptedEngine, solve
 
 from toolbox.core.errors import ConfigError
 from toolbox.experiment import ExperimentBuilder, load_config

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import ScriptedEngine, solve  # tests/rl/conftest.py
+from tests.rl.conftest import ScriptedEngine, solve
 
 from toolbox.core.events import Event
 from toolbox.core.registries import REWARDS, TEXT_ENVS

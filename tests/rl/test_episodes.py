@@ -5,7 +5,7 @@ are masked in; limits end episodes; episodes at different turns are in flight to
 from __future__ import annotations
 
 import pytest
-from conftest import ScriptedEngine  # tests/rl/conftest.py
+from tests.rl.conftest import ScriptedEngine
 
 from toolbox.data.datasets.chat import Chat
 from toolbox.rl.episodes import EpisodeRunner

@@ -20,6 +20,11 @@ fails the round with its log's path.
 The round's records (``prompts_per_step`` of the data) are not the agent's tasks: the agent draws
 its own; they only advance the data as in every GRPO round. Sampling is the agent's (its
 temperature; the engine's RNG): rounds are not reproducible from the seed as agent_grpo's are.
+
+One step's files, in order: ``trainer/agent_endpoint_grpo.py`` (``run_agents``: the copies of
+``command``) → ``rl/agent_endpoint.py`` (the served app, the recorder, ``episodes_from_calls``) ·
+``tracing/stores/sqlite.py`` (each copy's trace: the reward) · then agent_grpo's:
+``rl/rollouts.py`` (``TextRollout.from_episodes``) · ``trainer/grpo.py`` (``train_step``).
 """
 
 from __future__ import annotations
@@ -189,14 +194,17 @@ class AgentEndpointGRPOTrainer(AgentGRPOTrainer):
         return None
 
     @torch.no_grad()
-    def rollout(self, examples: list[dict[str, Any]], draw: int = 0) -> TextRollout:
+    def rollout(
+        self, examples: list[dict[str, Any]], draw: int = 0, round_index: int | None = None
+    ) -> TextRollout:
         from toolbox.rl.agent_endpoint import AgentEndpoint, episodes_from_calls
         from toolbox.tracing import Query, open_store
 
         if self.endpoint is None:
             self.endpoint = AgentEndpoint(self.engine, self.served_model_name)
-        seed = (self.context.seed * 1_000_003 + self.step * 10_007 + draw) % 2**31
-        folder = Path(self.context.run_dir) / "agent_runs" / f"step{self.step + 1}"
+        round_index = self.step if round_index is None else round_index
+        seed = (self.context.seed * 1_000_003 + round_index * 10_007 + draw) % 2**31
+        folder = Path(self.context.run_dir) / "agent_runs" / f"step{round_index + 1}"
         self.endpoint.recorder.take()
         with self.eval_mode(self.policy):
             stores = self.run_agents(folder, seed)
@@ -233,7 +241,7 @@ class AgentEndpointGRPOTrainer(AgentGRPOTrainer):
         )  # fmt: skip
         rollout.rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         self.last_episodes = episodes
-        self._trace(episodes)
+        self._trace(episodes, round_index)
         return rollout
 
     def score(self, rollout: TextRollout) -> dict[str, float]:

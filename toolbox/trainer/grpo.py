@@ -26,9 +26,16 @@ Both are described in ``docs/post_training.md`` (Asynchronous GRPO).
 One step's files, in order: ``data/loader.py`` · ``rl/rollouts.py`` → ``serving/engine.py`` →
 ``serving/engines/torch/engine.py`` (``runner.py``, ``scheduler.py``) · ``rewards/composite.py`` ·
 ``rl/advantages.py`` (``rl/dynamic_sampling.py``) · ``objectives/logprobs.py`` → ``objectives/policy.py``
-→ ``trainer/base.py`` (``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round.
+→ ``trainer/base.py`` (``optimizer_step``) · ``trainer/callbacks/``. The scheduler steps once per round. With ``max_staleness``:
+``trainer/grpo_async.py`` → ``rl/producer.py``, and ``rl/importance.py`` in the update.
 Metrics: per reward component mean/std/errors, reward mean/std, KL to the reference, clip fractions,
 entropy, completion lengths, timings, rollout tokens/s (``sampling/*``: dynamic sampling).
+
+Why this file is longer than ~400 lines: it is one class whose constructor checks some thirty
+settings that interact (generations vs minibatches, the reference vs beta, the engine vs the
+policy) and whose ``train_step`` is one round's update; both read best whole. The parts that stand
+alone live apart: the producer thread's side in ``trainer/grpo_async.py``, the rollouts, rewards,
+advantages, importance weights and losses in ``rl/``, ``rewards/`` and ``objectives/``.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -55,11 +62,11 @@ from toolbox.objectives.policy import PolicyBatch
 from toolbox.rewards.composite import CompositeReward
 from toolbox.rl.advantages import GroupEstimator
 from toolbox.rl.dynamic_sampling import fill_informative
-from toolbox.rl.importance import IMPORTANCE_MODES, ImportanceMode, importance_weights
-from toolbox.rl.producer import RolloutProducer
+from toolbox.rl.importance import ImportanceMode
 from toolbox.rl.rollouts import TextRollout
 from toolbox.serving.engine import SamplingParams
 from toolbox.trainer.base import BaseTrainer
+from toolbox.trainer.grpo_async import AsyncRollouts, Round
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -74,30 +81,8 @@ def _as_examples(examples: list[Any]) -> list[Any]:
     return examples
 
 
-@dataclass
-class Round:
-    """One round's scored rollout, as generated (by the trainer itself or the producer thread).
-
-    ``version``: the policy version (updates done) that generated it; ``drawn``: every prompt
-    batch drawn for it (dynamic sampling draws several), for the ROLLOUT_END events; ``loader`` and
-    ``reward_errors``: the loader position and reward error counts right after it was drawn, what
-    a checkpoint holding the queued rounds restores.
-    """
-
-    index: int
-    version: int
-    rollout: TextRollout
-    metrics: dict[str, float]
-    rollout_time: float
-    reward_time: float
-    generated: float
-    drawn: list[TextRollout] = field(default_factory=list)
-    loader: dict[str, Any] = field(default_factory=dict)
-    reward_errors: dict[str, int] = field(default_factory=dict)
-
-
 @TRAINERS.register("grpo")
-class GRPOTrainer(BaseTrainer):
+class GRPOTrainer(AsyncRollouts, BaseTrainer):
     """Group-relative policy optimisation over prompts of the training set (see the module docstring).
 
     Args:
@@ -243,32 +228,10 @@ class GRPOTrainer(BaseTrainer):
         self.is_correction = importance_sampling_correction
         self.is_mode = importance_sampling_mode
         self.is_cap = importance_sampling_cap
-        self.producer: RolloutProducer[Round] | None = None
+        self.producer = None
         self._restored_rounds: list[Round] = []
         self._last_round: Round | None = None
         self._threads = torch.get_num_threads()
-
-    def _check_async(self, max_staleness: int | None, mode: str, cap: float) -> None:
-        if max_staleness is not None and max_staleness < 0:
-            raise ConfigError(
-                f"trainer.max_staleness: {max_staleness}; set null (no producer thread) or >= 0."
-            )
-        if max_staleness is not None and not self.seed_sampling:
-            raise ConfigError(
-                "trainer.max_staleness needs trainer.seed_sampling=true (a thread's draws must not "
-                "depend on the global random state); set it or max_staleness=null."
-            )
-        if max_staleness and self.shared_engine:
-            raise ConfigError(
-                "trainer.max_staleness >= 1 needs an engine on its own copy of the policy, but the "
-                "engine shares it; build the trainer through ExperimentBuilder (it copies the policy)."
-            )
-        if mode not in IMPORTANCE_MODES:
-            raise ConfigError(
-                f"trainer.importance_sampling_mode: {mode!r}; choose one of {', '.join(IMPORTANCE_MODES)}."
-            )
-        if cap <= 0:
-            raise ConfigError(f"trainer.importance_sampling_cap: {cap}; it must be > 0 (TRL's default: 3.0).")
 
     @classmethod
     def default_engine(cls, settings: dict[str, Any]) -> dict[str, Any]:
@@ -278,11 +241,6 @@ class GRPOTrainer(BaseTrainer):
         if settings.get("importance_sampling_correction"):
             spec["logprobs_mode"] = "processed"
         return spec
-
-    @classmethod
-    def engine_on_copy(cls, settings: dict[str, Any]) -> bool:
-        """With ``max_staleness`` >= 1 the engine generates while the policy trains: its own copy."""
-        return bool(settings.get("max_staleness"))
 
     # one round ------------------------------------------------------------------------------------
     def _prompt_ids(self, example: dict[str, Any]) -> list[int]:
@@ -410,30 +368,6 @@ class GRPOTrainer(BaseTrainer):
             loader=self.loader.state_dict(), reward_errors=dict(self.reward.errors),
         )  # fmt: skip
 
-    def _produce(self, round_index: int, version: int) -> Round:
-        """``collect`` in the producer thread (with the trainer's intra-op thread count)."""
-        torch.set_num_threads(self._threads)
-        return self.collect(round_index, version)
-
-    def _next_round(self) -> tuple[Round, dict[str, float]]:
-        """This step's round: generated here, or taken from the producer (with its wait times)."""
-        if self.producer is None:
-            return self.collect(self.step, self.step), {}
-        snapshot = 0.0
-        if self.max_staleness == 0 and self.step > self.producer.start:
-            # lockstep: the policy goes to the thread only now, so that it never generates while
-            # the trainer evaluates or saves between two steps (an engine sharing the policy)
-            ts = time.perf_counter()
-            self._publish(self.step)
-            snapshot = time.perf_counter() - ts
-        rnd, trainer_wait, producer_wait = self.producer.take(self.step)
-        return rnd, {
-            "async/staleness": float(self.step - rnd.version),
-            "async/trainer_wait_s": trainer_wait,
-            "async/producer_wait_s": producer_wait,
-            "async/snapshot_s": snapshot,
-        }
-
     def train_step(self) -> dict[str, float]:
         start = time.perf_counter()
         rnd, waits = self._next_round()
@@ -533,65 +467,6 @@ class GRPOTrainer(BaseTrainer):
         )
         return metrics
 
-    def _is_weights(
-        self, micro: TextRollout, logps: torch.Tensor, stats: dict[str, list[float]]
-    ) -> torch.Tensor:
-        """Truncated importance weights π_old/π_sampler of a micro-batch (π_old: the old log-probs,
-        or this forward's when the round has one update, which are the same numbers)."""
-        if micro.sampling_logprobs is None:
-            raise ConfigError(
-                "trainer.importance_sampling_correction needs the engine's sampling log-probs, but "
-                "the engine reported none; use an engine that reports logprobs (torch, vllm)."
-            )
-        old = micro.old_logprobs if micro.old_logprobs is not None else logps.detach()
-        weights, batch_stats = importance_weights(
-            old.float(), micro.sampling_logprobs, micro.completion_mask, self.is_mode, self.is_cap
-        )
-        for k, v in batch_stats.items():
-            stats[k].append(v)
-        return weights
-
-    # asynchronous rollouts -----------------------------------------------------------------------
-    def weights_snapshot(self) -> dict[str, torch.Tensor]:
-        """A copy of the policy's weights as the engine loads them (merged for an adapted policy)."""
-        if is_adapted(self.policy):
-            return {k: v.detach().clone() for k, v in merged_state_dict(self.policy).items()}
-        return {n: p.detach().clone() for n, p in self.policy.named_parameters()}
-
-    def _publish(self, version: int) -> None:
-        """The policy after ``version`` updates, for the rounds generated with it."""
-        if not self.producer.needs(version):
-            return
-        self.producer.publish(version, None if self.shared_engine else self.weights_snapshot())
-
-    def _load_engine_weights(self, snapshot: dict[str, torch.Tensor] | None) -> None:
-        if snapshot is None:  # an engine sharing the policy: it only refreshes derived copies
-            self.engine.weights_updated()
-        else:
-            self.engine.update_weights(snapshot)
-
-    def start_producer(self) -> None:
-        """Start the rollout thread at the current step (with the rounds a checkpoint held)."""
-        try:
-            self.producer = RolloutProducer(
-                self._produce,
-                self._load_engine_weights,
-                max_staleness=self.max_staleness,
-                start=self.step,
-                end=self.max_steps,
-                queued=self._restored_rounds,
-            )
-        except ValueError as e:
-            raise ConfigError(
-                f"trainer.max_staleness: {e}; resume with the max_staleness it was saved with."
-            ) from None
-        self._restored_rounds = []
-
-    def stop_producer(self) -> None:
-        if self.producer is not None:
-            self.producer.close()
-            self.producer = None
-
     def sync_weights(self) -> None:
         """Make the engine generate with the current policy (a no-op for an engine sharing it)."""
         if self.shared_engine:
@@ -605,33 +480,13 @@ class GRPOTrainer(BaseTrainer):
 
     # state ----------------------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
-        if self.producer is None:
-            return {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
-        # the thread draws ahead: the position after the last queued round is the one to restore
-        queued = self.producer.queued(self.step)
-        last = queued[-1] if queued else self._last_round
-        if last is None:
-            return {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
-        return {
-            "loader": dict(last.loader),
-            "reward_errors": dict(last.reward_errors),
-            "async": {"max_staleness": self.max_staleness, "rounds": queued},
-        }
+        state = {"loader": self.loader.state_dict(), "reward_errors": dict(self.reward.errors)}
+        return state if self.producer is None else self.async_state(state)
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["loader"])
         self.reward.errors.update(state.get("reward_errors", {}))
-        saved = state.get("async")
-        if saved is not None and saved["rounds"] and saved["max_staleness"] != self.max_staleness:
-            raise ConfigError(
-                f"trainer.max_staleness: {self.max_staleness}, but the checkpoint holds rounds "
-                f"generated with max_staleness={saved['max_staleness']}; resume with that value."
-            )
-        self._restored_rounds = list(saved["rounds"]) if saved is not None else []
-        device = self.strategy.device  # a checkpoint loads on the CPU
-        for rnd in self._restored_rounds:
-            rnd.rollout = rnd.rollout.to(device)
-            rnd.drawn = [r.to(device) for r in rnd.drawn]
+        self.restore_rounds(state.get("async"))
 
     def setup(self) -> None:
         self.sync_weights()  # a resumed policy's weights into a separate engine
