@@ -77,11 +77,6 @@ def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> Non
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-@pytest.mark.xfail(
-    reason="open: the train job now gets both nodes (sacct NNodes=2), but launcher=srun inside it still "
-    "trains with world_size 1 (result.json); the nested srun step's node tasks do not meet",
-    strict=False,
-)
 def test_two_node_train_stage_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
     """A run whose resources ask for two nodes trains across both (launcher=srun: DDP, gloo)."""
     nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
