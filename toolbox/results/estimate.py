@@ -23,8 +23,9 @@ The SLURM request adds a stated margin: ``--time`` = the predicted wall time x (
 rounded up to a minute; ``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
 calibration is cached in ``work/<run>/estimate/train.json`` under a key of the stage's inputs (the
 train config's bytes and the data folder's files), so a second ``--estimate`` with the same inputs
-measures nothing. The workflow's train rule reads that file for ``runtime`` and ``mem_mb`` when the
-run's ``resources:`` do not set them.
+measures nothing. The file also holds the SHA-256 of the config slices measured (``slices``): the
+workflow's train rule asks SLURM for its ``runtime`` and ``mem_mb`` when the run's ``resources:`` do
+not set them and those slices are unchanged (workflow/estimated.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from toolbox.core.errors import ToolboxError
 K1, K2 = 3, 13
 TIME_MARGIN = 0.5  # --time = predicted wall x 1.5
 MEM_MARGIN = 0.3  # --mem = peak x 1.3
-VERSION = 1  # bump when the calibration or the model changes: old cache entries are ignored
+VERSION = 2  # bump when the calibration or the model changes: old cache entries are ignored
 
 
 @dataclass(frozen=True)
@@ -190,12 +191,22 @@ def _read_cache(path: Path, key: str) -> Calibration | None:
     return Calibration(**data["calibration"])
 
 
+SLICES = ("train.yaml", "data.yaml")  # the config slices (work/<run>/config/) an estimate belongs to
+
+
 def _write_cache(path: Path, key: str, est: Estimate) -> None:
     from toolbox.core.atomic import atomic_write_text
 
+    config = path.parent.parent / "config"
+    slices = {
+        name: hashlib.sha256((config / name).read_bytes()).hexdigest()
+        for name in SLICES
+        if (config / name).is_file()
+    }
     record = {
-        "key": key, "run": est.run, "stage": est.stage, "steps": est.steps, "wall_s": est.wall_s,
-        "peak_mb": est.peak_mb, "slurm": est.slurm(), "margins": {"time": TIME_MARGIN, "mem": MEM_MARGIN},
+        "key": key, "slices": slices, "run": est.run, "stage": est.stage, "steps": est.steps,
+        "wall_s": est.wall_s, "peak_mb": est.peak_mb, "slurm": est.slurm(),
+        "margins": {"time": TIME_MARGIN, "mem": MEM_MARGIN},
         "calibration": asdict(est.calibration),
     }  # fmt: skip
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
