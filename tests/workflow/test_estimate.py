@@ -78,6 +78,9 @@ def test_plan_estimate_calibrates_caches_and_the_run_fits_its_request(tmp_path: 
     assert f"| {TINY_RUN} | train |" in again.stdout and "| cached |" in again.stdout, again.stdout
     assert json.loads(cache.read_text())["key"] == record["key"]
     assert set(record["slices"]) == {"train.yaml", "data.yaml"}
+    # the eval stage, measured once on the calibration's model
+    assert record["calibration"]["eval_s"] > 0 and record["calibration"]["eval_peak_mb"] > 100
+    assert any(line.startswith(f"| {TINY_RUN} | eval | ") for line in res.stdout.splitlines()), res.stdout
 
     # the train rule's resources are now the estimate's request (what --profile slurm submits)
     dry = workflow_copy.snakemake("-n", f"work/{TINY_RUN}/train/model")

@@ -12,7 +12,11 @@ work/<run>/data``) runs three times, briefly, into a temporary folder:
 - A: ``K1`` steps, no periodic eval or checkpoint;  B: ``K2`` steps, none either;
 - C: ``K1`` steps with an eval and a checkpoint after every step but the last.
 
-Startup, the final eval and the export are in all three. So a step costs ``s = (B - A) / (K2 - K1)``,
+Startup, the final eval and the export are in all three. Where the run has an eval slice
+(``work/<run>/config/eval.yaml``) the eval stage's command then runs once on A's model: its wall
+time and peak memory are the eval stage's estimate (the eval does not depend on how long the model
+trained; an untrained model may generate longer answers, so it errs on the long side; a run with
+``init_from`` scores its starting model too, which this does not count). So a step costs ``s = (B - A) / (K2 - K1)``,
 an eval plus a checkpoint ``e = (C - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of
 ``N`` steps with an eval every ``E`` and a checkpoint every ``S`` steps takes
 ``F + N * s + ((N - 1) // E + (N - 1) // S) * e / 2`` (an eval and a checkpoint are taken to cost
@@ -59,6 +63,8 @@ class Calibration:
     c_s: float
     peak_mb: float
     took_s: float
+    eval_s: float | None = None  # the eval stage on A's model (None: the run has no eval slice)
+    eval_peak_mb: float | None = None
 
     @property
     def step_s(self) -> float:
@@ -125,8 +131,9 @@ def _toolbox() -> list[str]:
     return [sys.executable, "-m", "toolbox.cli"]
 
 
-def calibrate(config: Path, data: Path, work: Path) -> Calibration:
-    """The three short runs of the module docstring, in ``work`` (emptied first)."""
+def calibrate(config: Path, data: Path, work: Path, eval_config: Path | None = None) -> Calibration:
+    """The three short runs of the module docstring, in ``work`` (emptied first), and the eval
+    stage's command on A's model when ``eval_config`` is given."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     base = [*_toolbox(), "train", "--config", str(config), "--data", str(data)]
@@ -140,10 +147,27 @@ def calibrate(config: Path, data: Path, work: Path) -> Calibration:
     measured = {}
     for name, extra in runs.items():
         measured[name] = _timed([*base, "--out", str(work / name), *extra], work / f"{name}.log")
+    evaluated = (None, None)
+    if eval_config is not None:
+        evaluated = _timed(
+            [*_toolbox(), "eval", "--config", str(eval_config), "--data", str(data),
+             "--model", str(work / "a" / "model"), "--out", str(work / "eval.json")],
+            work / "eval.log",
+        )  # fmt: skip
     return Calibration(
         a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0],
         peak_mb=max(m[1] for m in measured.values()), took_s=time.perf_counter() - t0,
+        eval_s=evaluated[0], eval_peak_mb=evaluated[1],
     )  # fmt: skip
+
+
+def estimate_run(root: Path, run: str) -> list[Estimate]:
+    """The run's estimates: its train stage, and its eval stage where the calibration measured one."""
+    train = estimate_train(root, run)
+    cal = train.calibration
+    if cal.eval_s is None or cal.eval_peak_mb is None:
+        return [train]
+    return [train, Estimate(run, "eval", cal.eval_s, cal.eval_peak_mb, 0, cal, train.cached)]
 
 
 def estimate_train(root: Path, run: str) -> Estimate:
@@ -168,7 +192,11 @@ def estimate_train(root: Path, run: str) -> Estimate:
         cal, was_cached = cached, True
     else:
         with tempfile.TemporaryDirectory(prefix=f"estimate-{run}-") as tmp:
-            cal = calibrate(config.resolve(), data.resolve(), Path(tmp) / "runs")
+            eval_config = root / "work" / run / "config" / "eval.yaml"
+            cal = calibrate(
+                config.resolve(), data.resolve(), Path(tmp) / "runs",
+                eval_config.resolve() if eval_config.is_file() else None,
+            )  # fmt: skip
         was_cached = False
     wall = cal.wall_s(steps, int(trainer.get("eval_every") or 0), int(trainer.get("save_every") or 0))
     est = Estimate(run, "train", wall, cal.peak_mb, steps, cal, was_cached)
