@@ -18,13 +18,16 @@ import estimated  # noqa: E402
 import runs  # noqa: E402
 
 
-def test_the_model_of_the_three_calibration_runs():
-    # A = 3 steps, B = 13 steps, C = 3 steps with 2 evals + 2 checkpoints
-    cal = Calibration(a_s=10.0, b_s=20.0, c_s=14.0, peak_mb=500.0, took_s=44.0)
-    assert (cal.step_s, cal.event_s, cal.fixed_s) == (1.0, 2.0, 7.0)
-    # 100 steps, eval and checkpoint every 10: 9 of each in the loop (the last step's are the final ones)
-    assert cal.wall_s(100, 10, 10) == 7.0 + 100 + 18 * 1.0
+def test_the_model_of_the_four_calibration_runs():
+    # A = 3 steps, B = 13 steps, C = 3 steps with 2 evals, D = 3 steps with 2 checkpoints
+    cal = Calibration(a_s=10.0, b_s=20.0, c_s=11.0, d_s=16.0, peak_mb=500.0, took_s=57.0)
+    assert (cal.step_s, cal.eval_event_s, cal.save_event_s, cal.fixed_s) == (1.0, 0.5, 3.0, 7.0)
+    # 100 steps, eval every 10 and checkpoint every 50: 9 evals and 1 checkpoint in the loop (the
+    # last step's are the final ones)
+    assert cal.wall_s(100, 10, 50) == 7.0 + 100 + 9 * 0.5 + 1 * 3.0
     assert cal.wall_s(100, 0, 0) == 107.0
+    # an eval every step (gcn_cora) costs evals, not checkpoints
+    assert cal.wall_s(200, 1, 50) == 7.0 + 200 + 199 * 0.5 + 3 * 3.0
     est = Estimate("r", "train", wall_s=125.0, peak_mb=500.0, steps=100, calibration=cal)
     assert est.slurm() == {"runtime": 4, "mem_mb": 700}  # 125 s x 1.5 -> 4 min; 500 MB x 1.3 -> 700 MB
 

@@ -7,21 +7,23 @@
     | demo | train | 3.1 min | 610 MB | --time=5 --mem=800M | measured 41 s |
 
 The train stage's own command (``toolbox train --config work/<run>/config/train.yaml --data
-work/<run>/data``) runs three times, briefly, into a temporary folder:
+work/<run>/data``) runs four times, briefly, into a temporary folder:
 
 - A: ``K1`` steps, no periodic eval or checkpoint;  B: ``K2`` steps, none either;
-- C: ``K1`` steps with an eval and a checkpoint after every step but the last.
+- C: ``K1`` steps with an eval after every step but the last, no checkpoint;
+- D: ``K1`` steps with a checkpoint after every step but the last, no eval.
 
-Startup, the final eval and the export are in all three. Where the run has an eval slice
-(``work/<run>/config/eval.yaml``) the eval stage's command then runs once on A's model: its wall
-time and peak memory are the eval stage's estimate (the eval does not depend on how long the model
-trained; an untrained model may generate longer answers, so it errs on the long side; a run with
-``init_from`` scores its starting model too, which this does not count). So a step costs ``s = (B - A) / (K2 - K1)``,
-an eval plus a checkpoint ``e = (C - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of
-``N`` steps with an eval every ``E`` and a checkpoint every ``S`` steps takes
-``F + N * s + ((N - 1) // E + (N - 1) // S) * e / 2`` (an eval and a checkpoint are taken to cost
-half of ``e`` each: exact when ``E == S``, as in every shipped config). The peak memory is the
-largest resident set of the three runs (their process tree, ``wait4``).
+Startup, the final eval and the export are in all four. So a step costs
+``s = (B - A) / (K2 - K1)``, an eval ``e = (C - A) / (K1 - 1)``, a checkpoint
+``c = (D - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of ``N`` steps with an
+eval every ``E`` and a checkpoint every ``S`` steps takes
+``F + N * s + (N - 1) // E * e + (N - 1) // S * c``. The peak memory is the largest resident set of
+the four runs (their process tree, ``wait4``).
+
+Where the run has an eval slice (``work/<run>/config/eval.yaml``) the eval stage's command then
+runs once on A's model: its wall time and peak memory are the eval stage's estimate (the eval does
+not depend on how long the model trained; an untrained model may generate longer answers, so it
+errs on the long side; a run with ``init_from`` also scores its starting model, not counted here).
 
 The SLURM request adds a stated margin: ``--time`` = the predicted wall time x (1 + TIME_MARGIN),
 rounded up to a minute; ``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
@@ -51,16 +53,17 @@ from toolbox.core.errors import ToolboxError
 K1, K2 = 3, 13
 TIME_MARGIN = 0.5  # --time = predicted wall x 1.5
 MEM_MARGIN = 0.3  # --mem = peak x 1.3
-VERSION = 2  # bump when the calibration or the model changes: old cache entries are ignored
+VERSION = 3  # bump when the calibration or the model changes: old cache entries are ignored
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Three measured runs (seconds, peak resident MB) and the per-step model they give."""
+    """Four measured runs (seconds, peak resident MB) and the per-step model they give."""
 
     a_s: float
     b_s: float
     c_s: float
+    d_s: float
     peak_mb: float
     took_s: float
     eval_s: float | None = None  # the eval stage on A's model (None: the run has no eval slice)
@@ -71,16 +74,21 @@ class Calibration:
         return max((self.b_s - self.a_s) / (K2 - K1), 0.0)
 
     @property
-    def event_s(self) -> float:
+    def eval_event_s(self) -> float:
         return max((self.c_s - self.a_s) / (K1 - 1), 0.0)
+
+    @property
+    def save_event_s(self) -> float:
+        return max((self.d_s - self.a_s) / (K1 - 1), 0.0)
 
     @property
     def fixed_s(self) -> float:
         return max(self.a_s - K1 * self.step_s, 0.0)
 
     def wall_s(self, steps: int, eval_every: int, save_every: int) -> float:
-        events = sum((steps - 1) // every for every in (eval_every, save_every) if every and every > 0)
-        return self.fixed_s + steps * self.step_s + events * self.event_s / 2
+        evals = (steps - 1) // eval_every if eval_every and eval_every > 0 else 0
+        saves = (steps - 1) // save_every if save_every and save_every > 0 else 0
+        return self.fixed_s + steps * self.step_s + evals * self.eval_event_s + saves * self.save_event_s
 
 
 @dataclass(frozen=True)
@@ -132,7 +140,7 @@ def _toolbox() -> list[str]:
 
 
 def calibrate(config: Path, data: Path, work: Path, eval_config: Path | None = None) -> Calibration:
-    """The three short runs of the module docstring, in ``work`` (emptied first), and the eval
+    """The four short runs of the module docstring, in ``work`` (emptied first), and the eval
     stage's command on A's model when ``eval_config`` is given."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -141,7 +149,8 @@ def calibrate(config: Path, data: Path, work: Path, eval_config: Path | None = N
     runs = {
         "a": [f"trainer.max_steps={K1}", *quiet],
         "b": [f"trainer.max_steps={K2}", *quiet],
-        "c": [f"trainer.max_steps={K1}", "trainer.eval_every=1", "trainer.save_every=1"],
+        "c": [f"trainer.max_steps={K1}", "trainer.eval_every=1", "trainer.save_every=0"],
+        "d": [f"trainer.max_steps={K1}", "trainer.eval_every=0", "trainer.save_every=1"],
     }
     t0 = time.perf_counter()
     measured = {}
@@ -155,7 +164,7 @@ def calibrate(config: Path, data: Path, work: Path, eval_config: Path | None = N
             work / "eval.log",
         )  # fmt: skip
     return Calibration(
-        a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0],
+        a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0], d_s=measured["d"][0],
         peak_mb=max(m[1] for m in measured.values()), took_s=time.perf_counter() - t0,
         eval_s=evaluated[0], eval_peak_mb=evaluated[1],
     )  # fmt: skip
