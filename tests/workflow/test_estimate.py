@@ -29,7 +29,8 @@ def test_the_model_of_the_four_calibration_runs():
     # an eval every step (gcn_cora) costs evals, not checkpoints
     assert cal.wall_s(200, 1, 50) == 7.0 + 200 + 199 * 0.5 + 3 * 3.0
     est = Estimate("r", "train", wall_s=125.0, peak_mb=500.0, steps=100, calibration=cal)
-    assert est.slurm() == {"runtime": 4, "mem_mb": 700}  # 125 s x 1.5 -> 4 min; 500 MB x 1.3 -> 700 MB
+    # 125 s x 1.5 + 60 s for the job's start -> 5 min; 500 MB x 1.3 -> 700 MB
+    assert est.slurm() == {"runtime": 5, "mem_mb": 700}
 
 
 def _estimate_of(run_dir: Path, request: dict, train_yaml: str = "trainer: {max_steps: 20}\n") -> None:

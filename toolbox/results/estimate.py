@@ -25,8 +25,9 @@ runs once on A's model: its wall time and peak memory are the eval stage's estim
 not depend on how long the model trained; an untrained model may generate longer answers, so it
 errs on the long side; a run with ``init_from`` also scores its starting model, not counted here).
 
-The SLURM request adds a stated margin: ``--time`` = the predicted wall time x (1 + TIME_MARGIN),
-rounded up to a minute; ``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
+The SLURM request adds a stated margin: ``--time`` = the predicted wall time x (1 + TIME_MARGIN)
+plus JOB_START_S (the job's own start before the command), rounded up to a minute;
+``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
 calibration is cached in ``work/<run>/estimate/train.json`` under a key of the stage's inputs (the
 train config's bytes and the data folder's files), so a second ``--estimate`` with the same inputs
 measures nothing. The file also holds the SHA-256 of the config slices measured (``slices``): the
@@ -51,9 +52,13 @@ from pathlib import Path
 from toolbox.core.errors import ToolboxError
 
 K1, K2 = 3, 13
-TIME_MARGIN = 0.5  # --time = predicted wall x 1.5
+TIME_MARGIN = 0.5  # --time = predicted wall x 1.5 + JOB_START_S
+# What a workflow job spends before the stage's command starts (SLURM's step, Snakemake's jobstep
+# importing the workflow inside the job; 20-40 s on the loaded 2-core test machine): without it a
+# tiny run's 1-minute request was used to the second (the local cluster's test job ran 60 s).
+JOB_START_S = 60
 MEM_MARGIN = 0.3  # --mem = peak x 1.3
-VERSION = 3  # bump when the calibration or the model changes: old cache entries are ignored
+VERSION = 4  # bump when the calibration or the model changes: old cache entries are ignored
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ class Estimate:
     def slurm(self) -> dict[str, int]:
         """The SLURM request: ``runtime`` in minutes and ``mem_mb``, with the margins above."""
         return {
-            "runtime": max(1, math.ceil(self.wall_s * (1 + TIME_MARGIN) / 60)),
+            "runtime": max(1, math.ceil((self.wall_s * (1 + TIME_MARGIN) + JOB_START_S) / 60)),
             "mem_mb": int(math.ceil(self.peak_mb * (1 + MEM_MARGIN) / 100) * 100),
         }
 
@@ -243,7 +248,7 @@ def _write_cache(path: Path, key: str, est: Estimate) -> None:
     record = {
         "key": key, "slices": slices, "run": est.run, "stage": est.stage, "steps": est.steps,
         "wall_s": est.wall_s, "peak_mb": est.peak_mb, "slurm": est.slurm(),
-        "margins": {"time": TIME_MARGIN, "mem": MEM_MARGIN},
+        "margins": {"time": TIME_MARGIN, "job_start_s": JOB_START_S, "mem": MEM_MARGIN},
         "calibration": asdict(est.calibration),
     }  # fmt: skip
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
