@@ -138,7 +138,7 @@ def test_two_nodes_follow_one_process_and_resume_on_either_node(strategy, tmp_pa
 
 
 def _final_state(run_dir: Path) -> dict[str, torch.Tensor]:
-    from toolbox.trainer.checkpoint import Checkpointer
+    from toolbox.core.checkpointer import Checkpointer
 
     _, state = Checkpointer(run_dir).load_latest()
     return state["model"]

@@ -3,26 +3,72 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import re
+import sys
 from pathlib import Path
 
-from workflow_copy import TINY_RUN, Workflow, tool
+from workflow_copy import REPO, TINY_RUN, copy_workflow, tiny_config, tool
 
 from toolbox.results.estimate import Calibration, Estimate
 
+sys.path.insert(0, str(REPO / "workflow"))
+import estimated  # noqa: E402
+import runs  # noqa: E402
 
-def test_the_model_of_the_three_calibration_runs():
-    # A = 3 steps, B = 13 steps, C = 3 steps with 2 evals + 2 checkpoints
-    cal = Calibration(a_s=10.0, b_s=20.0, c_s=14.0, peak_mb=500.0, took_s=44.0)
-    assert (cal.step_s, cal.event_s, cal.fixed_s) == (1.0, 2.0, 7.0)
-    # 100 steps, eval and checkpoint every 10: 9 of each in the loop (the last step's are the final ones)
-    assert cal.wall_s(100, 10, 10) == 7.0 + 100 + 18 * 1.0
+
+def test_the_model_of_the_four_calibration_runs():
+    # A = 3 steps, B = 13 steps, C = 3 steps with 2 evals, D = 3 steps with 2 checkpoints
+    cal = Calibration(a_s=10.0, b_s=20.0, c_s=11.0, d_s=16.0, peak_mb=500.0, took_s=57.0)
+    assert (cal.step_s, cal.eval_event_s, cal.save_event_s, cal.fixed_s) == (1.0, 0.5, 3.0, 7.0)
+    # 100 steps, eval every 10 and checkpoint every 50: 9 evals and 1 checkpoint in the loop (the
+    # last step's are the final ones)
+    assert cal.wall_s(100, 10, 50) == 7.0 + 100 + 9 * 0.5 + 1 * 3.0
     assert cal.wall_s(100, 0, 0) == 107.0
+    # an eval every step (gcn_cora) costs evals, not checkpoints
+    assert cal.wall_s(200, 1, 50) == 7.0 + 200 + 199 * 0.5 + 3 * 3.0
     est = Estimate("r", "train", wall_s=125.0, peak_mb=500.0, steps=100, calibration=cal)
-    assert est.slurm() == {"runtime": 4, "mem_mb": 700}  # 125 s x 1.5 -> 4 min; 500 MB x 1.3 -> 700 MB
+    # 125 s x 1.5 + 60 s for the job's start -> 5 min; 500 MB x 1.3 -> 700 MB
+    assert est.slurm() == {"runtime": 5, "mem_mb": 700}
 
 
-def test_plan_estimate_calibrates_caches_and_the_run_fits_its_request(workflow_copy: Workflow) -> None:
+def _estimate_of(run_dir: Path, request: dict, train_yaml: str = "trainer: {max_steps: 20}\n") -> None:
+    (run_dir / "config").mkdir(parents=True)
+    (run_dir / "config" / "train.yaml").write_text(train_yaml)
+    (run_dir / "estimate").mkdir()
+    digest = hashlib.sha256(train_yaml.encode()).hexdigest()
+    record = {"slurm": request, "slices": {"train.yaml": digest}}
+    (run_dir / "estimate" / "train.json").write_text(json.dumps(record))
+
+
+def test_the_train_job_asks_for_its_estimate_where_the_run_sets_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "work" / "r"
+    _estimate_of(run_dir, {"runtime": 3, "mem_mb": 700})
+    got = estimated.train_resources({"resources": {"cpus": 1}}, run_dir, runs.RESOURCE_DEFAULTS)
+    assert got == {**runs.RESOURCE_DEFAULTS, "cpus": 1, "runtime": 3, "mem_mb": 700}
+    # the run's own values win, one by one
+    own = estimated.train_resources({"resources": {"runtime": 30}}, run_dir, runs.RESOURCE_DEFAULTS)
+    assert (own["runtime"], own["mem_mb"]) == (30, 700)
+
+
+def test_an_estimate_of_other_slices_or_none_gives_the_defaults(tmp_path: Path) -> None:
+    run_dir = tmp_path / "work" / "r"
+    assert estimated.estimated_request(run_dir) == {}  # no estimate yet
+    _estimate_of(run_dir, {"runtime": 3, "mem_mb": 700})
+    (run_dir / "config" / "train.yaml").write_text("trainer: {max_steps: 2000}\n")  # the run changed
+    assert estimated.estimated_request(run_dir) == {}
+    got = estimated.train_resources({}, run_dir, runs.RESOURCE_DEFAULTS)
+    assert (got["runtime"], got["mem_mb"]) == (60, 4000)
+    (run_dir / "estimate" / "train.json").write_text("{not json")
+    assert estimated.estimated_request(run_dir) == {}
+
+
+def test_plan_estimate_calibrates_caches_and_the_run_fits_its_request(tmp_path: Path) -> None:
+    # the run sets cpus only: the train job asks for the estimate's runtime and mem_mb
+    workflow_copy = copy_workflow(tmp_path / "repo", tiny_config(resources={"cpus": 1}))
+    before = workflow_copy.snakemake("-n", f"work/{TINY_RUN}/train/model")
+    assert re.search(r"\bruntime=60\b", before.stdout + before.stderr), before.stdout[-3000:]
     res = workflow_copy.run(tool("toolbox"), "plan", "--estimate", f"results/{TINY_RUN}/", timeout=900)
     rows = [line for line in res.stdout.splitlines() if line.startswith(f"| {TINY_RUN} | train |")]
     assert len(rows) == 2, res.stdout  # the plan's row and the estimate's row
@@ -35,6 +81,16 @@ def test_plan_estimate_calibrates_caches_and_the_run_fits_its_request(workflow_c
     again = workflow_copy.run(tool("toolbox"), "plan", "--estimate", f"results/{TINY_RUN}/", timeout=300)
     assert f"| {TINY_RUN} | train |" in again.stdout and "| cached |" in again.stdout, again.stdout
     assert json.loads(cache.read_text())["key"] == record["key"]
+    assert set(record["slices"]) == {"train.yaml", "data.yaml"}
+    # the eval stage, measured once on the calibration's model
+    assert record["calibration"]["eval_s"] > 0 and record["calibration"]["eval_peak_mb"] > 100
+    assert any(line.startswith(f"| {TINY_RUN} | eval | ") for line in res.stdout.splitlines()), res.stdout
+
+    # the train rule's resources are now the estimate's request (what --profile slurm submits)
+    dry = workflow_copy.snakemake("-n", f"work/{TINY_RUN}/train/model")
+    req = record["slurm"]
+    assert re.search(rf"\bmem_mb={req['mem_mb']}\b", dry.stdout), dry.stdout[-3000:]
+    assert re.search(rf"\bruntime={req['runtime']}\b", dry.stdout), dry.stdout[-3000:]
 
     # the real train stage finishes inside the time it would ask SLURM for
     workflow_copy.snakemake("-c1", f"work/{TINY_RUN}/train/model", timeout=900)

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from workflow_copy import REPO, TINY_RUN, copy_workflow, tiny_config
+from workflow_copy import REPO, TINY_RUN, copy_workflow, tiny_config, tool
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # about 2.5 min: every rule is a SLURM job
 SCRIPT = REPO / "workflow" / "scripts" / "local_slurm.sh"
@@ -36,9 +36,9 @@ def cluster() -> None:
             f"local SLURM cluster not running ({first[0] if first else f'status exit {res.returncode}'}); "
             f"start it with: bash {SCRIPT.relative_to(REPO)} ensure"
         )
-    for tool in ("sbatch", "sacct", "squeue"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"local SLURM cluster: {tool} not on PATH")
+    for name in ("sbatch", "sacct", "squeue"):
+        if shutil.which(name) is None:
+            pytest.skip(f"local SLURM cluster: {name} not on PATH")
 
 
 def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
@@ -77,11 +77,6 @@ def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> Non
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-@pytest.mark.xfail(
-    reason="open: the train job now gets both nodes (sacct NNodes=2), but launcher=srun inside it still "
-    "trains with world_size 1 (result.json); the nested srun step's node tasks do not meet",
-    strict=False,
-)
 def test_two_node_train_stage_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
     """A run whose resources ask for two nodes trains across both (launcher=srun: DDP, gloo)."""
     nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
@@ -96,9 +91,12 @@ def test_two_node_train_stage_through_the_slurm_profile(cluster, tmp_path: Path)
     entry["resources"] = {"cpus": 1, "mem_mb": 1500, "runtime": 9, "nodes": 2}
     wf = copy_workflow(tmp_path / "repo", cfg)
 
-    res = wf.snakemake("--profile", "slurm", f"results/{TINY_RUN}/", timeout=900)
+    # the stages before train here, then the train stage alone through the profile: one SLURM job,
+    # not eight (the test above runs every stage through it)
+    wf.snakemake("-c1", f"work/{TINY_RUN}/data", timeout=600)
+    res = wf.snakemake("--profile", "slurm", f"work/{TINY_RUN}/train/model", timeout=900)
     out = res.stdout + res.stderr
-    assert "train" in wf.ran(out), out[-4000:]
+    assert wf.ran(out) == {"train"}, out[-4000:]
     run_id = re.search(r"SLURM run ID: (\S+)", out)
     assert run_id, out[-4000:]
     acct = subprocess.run(
@@ -111,4 +109,28 @@ def test_two_node_train_stage_through_the_slurm_profile(cluster, tmp_path: Path)
     assert result["world_size"] == 2 and result["step"] == 10
     logs = wf.root / "work" / TINY_RUN / "train" / "launch" / "logs"
     assert len(list(logs.rglob("stdout.log"))) == 2  # one worker on each node (torchrun's per-node log dir)
-    assert (wf.root / "results" / TINY_RUN / "model" / "model.safetensors").exists()
+    assert (wf.root / "work" / TINY_RUN / "train" / "model" / "model.safetensors").exists()
+
+
+def test_a_train_job_given_its_estimated_limit_finishes_inside_it(cluster, tmp_path: Path) -> None:
+    """`toolbox plan --estimate`, then the profile submits the train job with the estimate's request."""
+    wf = copy_workflow(tmp_path / "repo", tiny_config(resources={"cpus": 1}))  # no runtime, no mem_mb
+    # composes the run, builds its data (here, not as jobs) and calibrates the train stage
+    wf.run(tool("toolbox"), "plan", "--estimate", f"results/{TINY_RUN}/", timeout=900)
+    request = json.loads((wf.root / "work" / TINY_RUN / "estimate" / "train.json").read_text())["slurm"]
+
+    res = wf.snakemake("--profile", "slurm", f"work/{TINY_RUN}/train/model", timeout=900)
+    out = res.stdout + res.stderr
+    assert wf.ran(out) == {"train"}, out[-4000:]
+    run_id = re.search(r"SLURM run ID: (\S+)", out)
+    assert run_id, out[-4000:]
+    acct = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "--name", run_id.group(1), "-S", "now-1days",
+         "-o", "ReqMem,TimelimitRaw,ElapsedRaw,State"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert len(acct) == 1, acct
+    mem, limit_min, elapsed_s, state = acct[0].split("|")
+    assert (mem, int(limit_min), state) == (f"{request['mem_mb']}M", request["runtime"], "COMPLETED"), acct
+    assert int(elapsed_s) < int(limit_min) * 60, acct
+    assert (wf.root / "work" / TINY_RUN / "train" / "model" / "model.safetensors").exists()

@@ -20,6 +20,7 @@ same numbers with or without the cluster.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -33,12 +34,43 @@ from toolbox.core.registries import LAUNCHERS
 from toolbox.launch import LaunchError
 from toolbox.launch.torchrun import TorchrunLauncher, write_launch_config
 
+# The SLURM_* variables that name the job (kept for the new step); every other one describes the
+# step this process runs in and would shrink the new step to it.
+JOB_IDENTITY = frozenset({
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTER_NAME", "SLURM_CONF", "SLURM_SUBMIT_DIR",
+    "SLURM_SUBMIT_HOST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+})  # fmt: skip
+
 
 def allocation_nodes() -> int | None:
-    """The node count of the SLURM job this process runs in, or None outside one."""
-    if not os.environ.get("SLURM_JOB_ID"):
+    """The node count of the SLURM job this process runs in (asked of slurmctld), or None outside one.
+
+    Not from the environment: inside a job step (Snakemake's SLURM jobstep runs every rule under
+    ``srun -n1``) ``SLURM_NNODES`` and ``SLURM_JOB_NODELIST`` describe the one-node step, not the job.
+    """
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
         return None
-    return int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(
+            f"srun: cannot ask slurmctld for job {job}'s nodes ({exc}); is scontrol on PATH?"
+        ) from exc
+    found = re.search(r"\bNumNodes=(\d+)", out.stdout)
+    if out.returncode != 0 or not found:
+        raise LaunchError(
+            f"srun: 'scontrol show job {job}' did not give the job's node count "
+            f"({(out.stderr or out.stdout).strip()[:200] or f'exit status {out.returncode}'})."
+        )
+    return int(found.group(1))
+
+
+def step_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a new step of the same job: SLURM_* reduced to the job's identity (JOB_IDENTITY)."""
+    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k in JOB_IDENTITY}
 
 
 @LAUNCHERS.register("srun")
@@ -98,12 +130,7 @@ class SrunLauncher:
         config_path = write_launch_config(cfg)
         result_path = config_path.parent / "result.json"
         result_path.unlink(missing_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for key in [k for k in env if k.startswith("SLURM_STEP_")] + [
-            "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_CPU_BIND", "SLURM_NNODES",
-            "SLURM_NODELIST",
-        ]:  # fmt: skip
-            env.pop(key, None)  # set for the one-task step this runs in; the new step has its own
+        env = step_env({**os.environ, "PYTHONUNBUFFERED": "1"})
         proc = subprocess.run(self.command(str(config_path.resolve()), nodes), env=env, check=False)
         if proc.returncode != 0:
             raise LaunchError(

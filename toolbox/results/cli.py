@@ -175,14 +175,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     jobs = plan(root, args.targets, runs)
     print(markdown(jobs), end="")
     if args.estimate:
-        from toolbox.results.estimate import estimate_train
+        from toolbox.results.estimate import estimate_run
         from toolbox.results.estimate import markdown as estimate_table
         from toolbox.results.plan import build_data
 
         train_runs = sorted({j.run for j in jobs if j.stage == "train" and j.run})
         build_data(root, [r for r in train_runs if any(j.stage == "data" and j.run == r for j in jobs)])
         print()
-        print(estimate_table([estimate_train(root, run) for run in train_runs]), end="")
+        print(estimate_table([e for run in train_runs for e in estimate_run(root, run)]), end="")
     return 0
 
 

@@ -7,24 +7,32 @@
     | demo | train | 3.1 min | 610 MB | --time=5 --mem=800M | measured 41 s |
 
 The train stage's own command (``toolbox train --config work/<run>/config/train.yaml --data
-work/<run>/data``) runs three times, briefly, into a temporary folder:
+work/<run>/data``) runs four times, briefly, into a temporary folder:
 
 - A: ``K1`` steps, no periodic eval or checkpoint;  B: ``K2`` steps, none either;
-- C: ``K1`` steps with an eval and a checkpoint after every step but the last.
+- C: ``K1`` steps with an eval after every step but the last, no checkpoint;
+- D: ``K1`` steps with a checkpoint after every step but the last, no eval.
 
-Startup, the final eval and the export are in all three. So a step costs ``s = (B - A) / (K2 - K1)``,
-an eval plus a checkpoint ``e = (C - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of
-``N`` steps with an eval every ``E`` and a checkpoint every ``S`` steps takes
-``F + N * s + ((N - 1) // E + (N - 1) // S) * e / 2`` (an eval and a checkpoint are taken to cost
-half of ``e`` each: exact when ``E == S``, as in every shipped config). The peak memory is the
-largest resident set of the three runs (their process tree, ``wait4``).
+Startup, the final eval and the export are in all four. So a step costs
+``s = (B - A) / (K2 - K1)``, an eval ``e = (C - A) / (K1 - 1)``, a checkpoint
+``c = (D - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of ``N`` steps with an
+eval every ``E`` and a checkpoint every ``S`` steps takes
+``F + N * s + (N - 1) // E * e + (N - 1) // S * c``. The peak memory is the largest resident set of
+the four runs (their process tree, ``wait4``).
 
-The SLURM request adds a stated margin: ``--time`` = the predicted wall time x (1 + TIME_MARGIN),
-rounded up to a minute; ``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
+Where the run has an eval slice (``work/<run>/config/eval.yaml``) the eval stage's command then
+runs once on A's model: its wall time and peak memory are the eval stage's estimate (the eval does
+not depend on how long the model trained; an untrained model may generate longer answers, so it
+errs on the long side; a run with ``init_from`` also scores its starting model, not counted here).
+
+The SLURM request adds a stated margin: ``--time`` = the predicted wall time x (1 + TIME_MARGIN)
+plus JOB_START_S (the job's own start before the command), rounded up to a minute;
+``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
 calibration is cached in ``work/<run>/estimate/train.json`` under a key of the stage's inputs (the
 train config's bytes and the data folder's files), so a second ``--estimate`` with the same inputs
-measures nothing. The workflow's train rule reads that file for ``runtime`` and ``mem_mb`` when the
-run's ``resources:`` do not set them.
+measures nothing. The file also holds the SHA-256 of the config slices measured (``slices``): the
+workflow's train rule asks SLURM for its ``runtime`` and ``mem_mb`` when the run's ``resources:`` do
+not set them and those slices are unchanged (workflow/estimated.py).
 """
 
 from __future__ import annotations
@@ -44,36 +52,48 @@ from pathlib import Path
 from toolbox.core.errors import ToolboxError
 
 K1, K2 = 3, 13
-TIME_MARGIN = 0.5  # --time = predicted wall x 1.5
+TIME_MARGIN = 0.5  # --time = predicted wall x 1.5 + JOB_START_S
+# What a workflow job spends before the stage's command starts (SLURM's step, Snakemake's jobstep
+# importing the workflow inside the job; 20-40 s on the loaded 2-core test machine): without it a
+# tiny run's 1-minute request was used to the second (the local cluster's test job ran 60 s).
+JOB_START_S = 60
 MEM_MARGIN = 0.3  # --mem = peak x 1.3
-VERSION = 1  # bump when the calibration or the model changes: old cache entries are ignored
+VERSION = 4  # bump when the calibration or the model changes: old cache entries are ignored
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Three measured runs (seconds, peak resident MB) and the per-step model they give."""
+    """Four measured runs (seconds, peak resident MB) and the per-step model they give."""
 
     a_s: float
     b_s: float
     c_s: float
+    d_s: float
     peak_mb: float
     took_s: float
+    eval_s: float | None = None  # the eval stage on A's model (None: the run has no eval slice)
+    eval_peak_mb: float | None = None
 
     @property
     def step_s(self) -> float:
         return max((self.b_s - self.a_s) / (K2 - K1), 0.0)
 
     @property
-    def event_s(self) -> float:
+    def eval_event_s(self) -> float:
         return max((self.c_s - self.a_s) / (K1 - 1), 0.0)
+
+    @property
+    def save_event_s(self) -> float:
+        return max((self.d_s - self.a_s) / (K1 - 1), 0.0)
 
     @property
     def fixed_s(self) -> float:
         return max(self.a_s - K1 * self.step_s, 0.0)
 
     def wall_s(self, steps: int, eval_every: int, save_every: int) -> float:
-        events = sum((steps - 1) // every for every in (eval_every, save_every) if every and every > 0)
-        return self.fixed_s + steps * self.step_s + events * self.event_s / 2
+        evals = (steps - 1) // eval_every if eval_every and eval_every > 0 else 0
+        saves = (steps - 1) // save_every if save_every and save_every > 0 else 0
+        return self.fixed_s + steps * self.step_s + evals * self.eval_event_s + saves * self.save_event_s
 
 
 @dataclass(frozen=True)
@@ -89,7 +109,7 @@ class Estimate:
     def slurm(self) -> dict[str, int]:
         """The SLURM request: ``runtime`` in minutes and ``mem_mb``, with the margins above."""
         return {
-            "runtime": max(1, math.ceil(self.wall_s * (1 + TIME_MARGIN) / 60)),
+            "runtime": max(1, math.ceil((self.wall_s * (1 + TIME_MARGIN) + JOB_START_S) / 60)),
             "mem_mb": int(math.ceil(self.peak_mb * (1 + MEM_MARGIN) / 100) * 100),
         }
 
@@ -124,8 +144,9 @@ def _toolbox() -> list[str]:
     return [sys.executable, "-m", "toolbox.cli"]
 
 
-def calibrate(config: Path, data: Path, work: Path) -> Calibration:
-    """The three short runs of the module docstring, in ``work`` (emptied first)."""
+def calibrate(config: Path, data: Path, work: Path, eval_config: Path | None = None) -> Calibration:
+    """The four short runs of the module docstring, in ``work`` (emptied first), and the eval
+    stage's command on A's model when ``eval_config`` is given."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     base = [*_toolbox(), "train", "--config", str(config), "--data", str(data)]
@@ -133,16 +154,34 @@ def calibrate(config: Path, data: Path, work: Path) -> Calibration:
     runs = {
         "a": [f"trainer.max_steps={K1}", *quiet],
         "b": [f"trainer.max_steps={K2}", *quiet],
-        "c": [f"trainer.max_steps={K1}", "trainer.eval_every=1", "trainer.save_every=1"],
+        "c": [f"trainer.max_steps={K1}", "trainer.eval_every=1", "trainer.save_every=0"],
+        "d": [f"trainer.max_steps={K1}", "trainer.eval_every=0", "trainer.save_every=1"],
     }
     t0 = time.perf_counter()
     measured = {}
     for name, extra in runs.items():
         measured[name] = _timed([*base, "--out", str(work / name), *extra], work / f"{name}.log")
+    evaluated = (None, None)
+    if eval_config is not None:
+        evaluated = _timed(
+            [*_toolbox(), "eval", "--config", str(eval_config), "--data", str(data),
+             "--model", str(work / "a" / "model"), "--out", str(work / "eval.json")],
+            work / "eval.log",
+        )  # fmt: skip
     return Calibration(
-        a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0],
+        a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0], d_s=measured["d"][0],
         peak_mb=max(m[1] for m in measured.values()), took_s=time.perf_counter() - t0,
+        eval_s=evaluated[0], eval_peak_mb=evaluated[1],
     )  # fmt: skip
+
+
+def estimate_run(root: Path, run: str) -> list[Estimate]:
+    """The run's estimates: its train stage, and its eval stage where the calibration measured one."""
+    train = estimate_train(root, run)
+    cal = train.calibration
+    if cal.eval_s is None or cal.eval_peak_mb is None:
+        return [train]
+    return [train, Estimate(run, "eval", cal.eval_s, cal.eval_peak_mb, 0, cal, train.cached)]
 
 
 def estimate_train(root: Path, run: str) -> Estimate:
@@ -167,7 +206,11 @@ def estimate_train(root: Path, run: str) -> Estimate:
         cal, was_cached = cached, True
     else:
         with tempfile.TemporaryDirectory(prefix=f"estimate-{run}-") as tmp:
-            cal = calibrate(config.resolve(), data.resolve(), Path(tmp) / "runs")
+            eval_config = root / "work" / run / "config" / "eval.yaml"
+            cal = calibrate(
+                config.resolve(), data.resolve(), Path(tmp) / "runs",
+                eval_config.resolve() if eval_config.is_file() else None,
+            )  # fmt: skip
         was_cached = False
     wall = cal.wall_s(steps, int(trainer.get("eval_every") or 0), int(trainer.get("save_every") or 0))
     est = Estimate(run, "train", wall, cal.peak_mb, steps, cal, was_cached)
@@ -190,12 +233,22 @@ def _read_cache(path: Path, key: str) -> Calibration | None:
     return Calibration(**data["calibration"])
 
 
+SLICES = ("train.yaml", "data.yaml")  # the config slices (work/<run>/config/) an estimate belongs to
+
+
 def _write_cache(path: Path, key: str, est: Estimate) -> None:
     from toolbox.core.atomic import atomic_write_text
 
+    config = path.parent.parent / "config"
+    slices = {
+        name: hashlib.sha256((config / name).read_bytes()).hexdigest()
+        for name in SLICES
+        if (config / name).is_file()
+    }
     record = {
-        "key": key, "run": est.run, "stage": est.stage, "steps": est.steps, "wall_s": est.wall_s,
-        "peak_mb": est.peak_mb, "slurm": est.slurm(), "margins": {"time": TIME_MARGIN, "mem": MEM_MARGIN},
+        "key": key, "slices": slices, "run": est.run, "stage": est.stage, "steps": est.steps,
+        "wall_s": est.wall_s, "peak_mb": est.peak_mb, "slurm": est.slurm(),
+        "margins": {"time": TIME_MARGIN, "job_start_s": JOB_START_S, "mem": MEM_MARGIN},
         "calibration": asdict(est.calibration),
     }  # fmt: skip
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")

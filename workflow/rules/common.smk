@@ -13,6 +13,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 import dvc_yaml  # noqa: E402  (the modules of workflow/: the stages, the runs, dvc.yaml)
+import estimated  # noqa: E402
 import run_config  # noqa: E402
 import runs  # noqa: E402
 import stages  # noqa: E402
@@ -95,10 +96,18 @@ def run_value(name):
 
 
 def train_resource(key):
-    """A train resource of the run; unset strings are "" (the SLURM plugin skips empty values)."""
-    return lambda wildcards: entry(wildcards.run)["resources"].get(key) or (
-        "" if key in ("gpu_model", "slurm_partition") else 0
-    )
+    """A train resource of the run; unset strings are "" (the SLURM plugin skips empty values).
+    runtime and mem_mb the run does not set come from its `toolbox plan --estimate`
+    (work/<run>/estimate/train.json, workflow/estimated.py) while that matches its config."""
+
+    def value(wildcards):
+        entry(wildcards.run)  # an unknown run fails with the list of runs
+        have = estimated.train_resources(
+            RAW_RUNS[wildcards.run], Path("work") / wildcards.run, runs.RESOURCE_DEFAULTS
+        )
+        return have.get(key) or ("" if key in ("gpu_model", "slurm_partition") else 0)
+
+    return value
 
 
 def check_dvc_yaml():
