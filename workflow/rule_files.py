@@ -13,7 +13,7 @@ from pathlib import Path
 from string import Formatter
 
 from runs import entry_values, path_templates
-from stages import PRODUCER, REPO, STAGES, Stage
+from stages import DVC_RECORDER, PRODUCER, REPO, STAGES, Stage
 
 RULES_DIR = "workflow/rules"
 HEADER = """\
@@ -132,7 +132,9 @@ def shell_command(stage: Stage) -> str:
     line = f"( {cmd} ) > {{log}} 2>&1"
     if stage.show_log_on_failure:
         line += " || {{ cat {log} >&2; exit 1; }}"
-    return line
+    # then the stage is recorded into dvc.lock, so that `dvc status` sees what Snakemake built
+    name = stage.dvc_name("{wildcards.run}") if stage.per_run else stage.dvc_name(None)
+    return f"{line} && python {DVC_RECORDER} {name}"
 
 
 def _params(stage: Stage) -> list[str]:

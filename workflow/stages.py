@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG_TREE = "toolbox/configs"  # the Hydra config tree that `toolbox compose` reads
 SLICER = "workflow/scripts/slice_config.py"
 PUBLISHER = "workflow/scripts/publish.py"
+DVC_RECORDER = "workflow/scripts/dvc_record.py"  # ends every Snakemake rule: the stage into dvc.lock
 SERVE_BENCH = "workflow/scripts/serve_bench.py"
 DEFAULTS = "work/_defaults/config.yaml"
 PATHS = {
