@@ -53,3 +53,24 @@ def test_resumed_run_says_so(trainer, drive):
     d.fit_end()
     out = buf.getvalue()
     assert "resumed from step 8" in out and "step 10/10" in out and "finished at step 10/10" in out
+
+
+def test_the_bar_fits_80_columns(trainer, drive):
+    """Issue 38: at 80 columns rich cut the bar's step count and times ("1234/2…", "0:00:…");
+    the bar narrows and the metrics that do not fit are left out (loss stays)."""
+    buf = io.StringIO()
+    cb = ConsoleCallback()
+    cb.console = Console(file=buf, force_terminal=True, width=80, color_system=None)
+    trainer.max_steps = 2500  # the demo's
+    d = drive(Throughput(), cb)
+    d.fit_start()
+    for _ in range(1234):
+        d.step(loss=0.123456, lr=0.00099987, num_tokens=256)
+    d.fit_end()  # the bar's last frame is drawn when it stops
+    frames = [f.replace("\x1b[2K", "").replace("\x1b[?25l", "") for f in buf.getvalue().split("\r")]
+    bars = [f.split("\n")[0] for f in frames if f.startswith("train")]
+    assert bars, buf.getvalue()
+    last = bars[-1]
+    assert "1234/2500" in last and "loss 0.1235" in last and "eta" in last
+    assert "…" not in last, last  # nothing cut
+    assert all(len(bar) <= 80 for bar in bars), bars

@@ -33,6 +33,9 @@ def fmt_duration(seconds: float | None) -> str:
     return str(datetime.timedelta(seconds=round(seconds)))
 
 
+FIELDS = (("loss", "loss"), ("lr", "lr"), ("tokens_per_s", "tok/s"))  # (metric, label), in line order
+
+
 @CALLBACKS.register("console")
 class ConsoleCallback(Callback):
     """Show training progress: step, loss, learning rate, tokens/s and the time left.
@@ -52,6 +55,7 @@ class ConsoleCallback(Callback):
         self.console = None  # a rich Console; set before FIT_START to redirect the output
         self._progress = None
         self._task = None
+        self._info_width: int | None = None
         self._start_step = 0
         self._t0 = time.perf_counter()
         self._last: dict[str, Any] = {}
@@ -67,12 +71,24 @@ class ConsoleCallback(Callback):
             return None
         return (time.perf_counter() - self._t0) / done * max(max_steps - step, 0)
 
-    def _fields(self, metrics: dict[str, Any]) -> str:
-        parts = []
-        for key, label in (("loss", "loss"), ("lr", "lr"), ("tokens_per_s", "tok/s")):
-            if key in metrics:
-                parts.append(f"{label} {fmt(metrics[key])}")
-        return " | ".join(parts)
+    def _fields(self, metrics: dict[str, Any], width: int | None = None) -> str:
+        """loss, lr and tok/s; with ``width``, only those that fit in it (loss first)."""
+        shown = {key: f"{label} {fmt(metrics[key])}" for key, label in FIELDS if key in metrics}
+        if width is not None:
+            for key in ("lr", "tokens_per_s", "loss"):  # dropped first to last
+                if len(" | ".join(shown.values())) <= width:
+                    break
+                shown.pop(key, None)
+        return " | ".join(shown.values())
+
+    def _bar_layout(self, max_steps: int) -> tuple[int, int]:
+        """(bar width, room for the metrics) so that the whole line fits the terminal: at 80
+        columns rich would otherwise cut the step count and the times ("1234/2…", "0:00:…")."""
+        width = self.console.width
+        bar = 40 if width >= 120 else 20 if width >= 90 else 10
+        # train, the bar, 1234/2500, 0:01:02, eta, 0:03:04 and the spaces between the 7 columns
+        fixed = len("train") + bar + 2 * len(str(max_steps)) + 1 + 7 + len("eta") + 7 + 6
+        return bar, max(width - fixed - 1, 0)
 
     # events -------------------------------------------------------------------------------
     def _ensure_console(self) -> None:
@@ -110,9 +126,10 @@ class ConsoleCallback(Callback):
             TimeRemainingColumn,
         )
 
+        bar, self._info_width = self._bar_layout(max_steps)
         self._progress = Progress(
             TextColumn("[bold]train"),
-            BarColumn(),
+            BarColumn(bar_width=bar),
             MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
@@ -127,7 +144,8 @@ class ConsoleCallback(Callback):
         self._last = dict(data.metrics)
         max_steps = data.trainer.max_steps
         if self._progress is not None:
-            self._progress.update(self._task, completed=data.step, info=self._fields(data.metrics))
+            info = self._fields(data.metrics, self._info_width)
+            self._progress.update(self._task, completed=data.step, info=info)
             return
         if self.console is None:
             return  # FIT_START not seen
