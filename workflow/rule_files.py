@@ -91,9 +91,13 @@ def _outputs(stage: Stage) -> list[str]:
             f"{INDENT}category={_str(out.report)},",
             f'{INDENT}subcategory="{{run}}",',
         ]
+        labels = f'"run": "{{run}}", "stage": {_str(stage.name)}'
         if out.directory:
             lines.append(f'{INDENT}patterns=["{{name}}.png"],')
-        lines += [f'{INDENT}labels={{"run": "{{run}}", "stage": {_str(stage.name)}}},', "),"]
+            # each file its own label: the report lists (and its search finds) every curve, where
+            # entries of equal labels showed as one
+            labels += ', "curve": "{name}"'
+        lines += [f"{INDENT}labels={{{labels}}},", "),"]
     return lines
 
 

@@ -81,6 +81,7 @@ def test_snakemake_and_dvc_describe_the_same_stage_graph(tmp_path: Path) -> None
         for r in (sorted(cfg["runs"]) if s.per_run else [None])
         if s.applies(cfg["runs"].get(r) if r else None)
     }
+    names["compare"] = ("compare", None)  # every run's curves overlaid (workflow/rules/compare.smk)
     ddot = wf.dvc("dag", "--dot").stdout
     dvc = {
         (names[a], names[b])

@@ -14,7 +14,7 @@ rule plot:
             category="curves",
             subcategory="{run}",
             patterns=["{name}.png"],
-            labels={"run": "{run}", "stage": "plot"},
+            labels={"run": "{run}", "stage": "plot", "curve": "{name}"},
         ),
     log:
         "work/{run}/logs/plot.log",
