@@ -133,7 +133,7 @@ def shell_command(stage: Stage) -> str:
         cmd += _escape(literal)
         if name is not None:
             cmd += _field(stage, name)
-    line = f"( {cmd} ) > {{log}} 2>&1"
+    line = f"( {cmd} ) 3>&2 > {{log}} 2>&1"  # as runs.shell_line: fd 3 is the terminal
     if stage.show_log_on_failure:
         line += " || {{ cat {log} >&2; exit 1; }}"
     # then the stage is recorded into dvc.lock, so that `dvc status` sees what Snakemake built

@@ -144,7 +144,7 @@ def shell_line(cmd: str, log: str, show_log_on_failure: bool = False) -> str:
     """The command with its log: Snakemake's rule runs ``( cmd ) > log 2>&1``, DVC the same after
     creating the log folder (Snakemake creates it itself). A stage that shows its log on failure
     then copies the log to stderr, which both tools print on the terminal."""
-    line = f"( {cmd} ) > {log} 2>&1"
+    line = f"( {cmd} ) 3>&2 > {log} 2>&1"  # fd 3: the terminal, for train's progress (stages.PROGRESS_FD)
     return f"{line} || {{ cat {log} >&2; exit 1; }}" if show_log_on_failure else line
 
 

@@ -74,3 +74,34 @@ def test_the_bar_fits_80_columns(trainer, drive):
     assert "1234/2500" in last and "loss 0.1235" in last and "eta" in last
     assert "…" not in last, last  # nothing cut
     assert all(len(bar) <= 80 for bar in bars), bars
+
+
+def test_progress_lines_reach_the_descriptor_the_workflow_keeps(trainer, drive, monkeypatch):
+    """Issue 38: under `snakemake -c2` a training showed nothing on the screen (its output goes to
+    the rule's log). The train rule keeps the terminal as fd 3 and sets TOOLBOX_PROGRESS_FD=3: the
+    plain lines go to the log and, prefixed by the run's name, to that descriptor."""
+    import os
+
+    read, write = os.pipe()
+    monkeypatch.setenv("TOOLBOX_PROGRESS_FD", str(write))
+    trainer.cfg.run_name = "demo"
+    log = run(drive, trainer, terminal=False)
+    os.close(write)
+    with os.fdopen(read) as f:
+        screen = f.read().splitlines()
+    assert "step 3/10 | loss 0.6667" in log
+    assert [line.split()[2] for line in screen if line.startswith("[demo] step ")] == [
+        "3/10",
+        "6/10",
+        "9/10",
+        "10/10",
+    ]
+    assert any(line.startswith("[demo] eval @ step 5") for line in screen)
+    assert any("eta" in line for line in screen)
+    # the log holds the same lines without the prefix
+    assert [line.removeprefix("[demo] ") for line in screen] == [line for line in log.splitlines() if line]
+
+
+def test_a_descriptor_that_is_not_open_is_ignored(trainer, drive, monkeypatch):
+    monkeypatch.setenv("TOOLBOX_PROGRESS_FD", "987")  # not open in this process
+    assert "step 3/10" in run(drive, trainer, terminal=False)

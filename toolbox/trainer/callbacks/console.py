@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import time
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from toolbox.core.events import EventData
 from toolbox.core.registries import CALLBACKS
@@ -33,6 +36,7 @@ def fmt_duration(seconds: float | None) -> str:
     return str(datetime.timedelta(seconds=round(seconds)))
 
 
+PROGRESS_FD_ENV = "TOOLBOX_PROGRESS_FD"  # a file descriptor that also gets the plain lines
 FIELDS = (("loss", "loss"), ("lr", "lr"), ("tokens_per_s", "tok/s"))  # (metric, label), in line order
 
 
@@ -56,6 +60,9 @@ class ConsoleCallback(Callback):
         self._progress = None
         self._task = None
         self._info_width: int | None = None
+        fd = os.environ.get(PROGRESS_FD_ENV, "")
+        self._progress_fd = int(fd) if fd.isdigit() else None
+        self._prefix = ""
         self._start_step = 0
         self._t0 = time.perf_counter()
         self._last: dict[str, Any] = {}
@@ -64,6 +71,18 @@ class ConsoleCallback(Callback):
     # helpers ------------------------------------------------------------------------------
     def _print(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        self._tell(text)
+
+    def _tell(self, text: str) -> None:
+        """Also write a plain line to the descriptor ``TOOLBOX_PROGRESS_FD`` names: the workflow's
+        train rule sends its output to a log and keeps the terminal there, so that progress shows
+        on the screen under ``snakemake`` (prefixed by the run's name: jobs run side by side)."""
+        if self._progress_fd is None or self.console is None or self.console.is_terminal:
+            return  # on a terminal the bar is already on the screen
+        try:
+            os.write(self._progress_fd, f"{self._prefix}{text}\n".encode())
+        except OSError:  # not open in this process: say nothing more there
+            self._progress_fd = None
 
     def _eta(self, step: int, max_steps: int) -> float | None:
         done = step - self._start_step
@@ -107,6 +126,8 @@ class ConsoleCallback(Callback):
 
     def on_fit_start(self, data: EventData) -> None:
         self._ensure_console()
+        name = OmegaConf.select(data.trainer.cfg, "run_name", default=None) if data.trainer.cfg else None
+        self._prefix = f"[{name}] " if name else f"[{data.trainer.context.run_dir}] "
         resumed = data.payload.get("resumed_from")
         self._start_step = int(resumed) if resumed is not None else int(data.step)
         self._t0 = time.perf_counter()
