@@ -116,9 +116,16 @@ class ConsoleCallback(Callback):
 
             self.console = Console()
 
+    def _set_prefix(self, data: EventData) -> None:
+        """``[run_name] ``: the lines of jobs that run side by side stay apart on one screen."""
+        cfg = getattr(data.trainer, "cfg", None)
+        name = OmegaConf.select(cfg, "run_name", default=None) if cfg is not None else None
+        self._prefix = f"[{name}] " if name else f"[{data.trainer.context.run_dir}] "
+
     def on_export(self, data: EventData) -> None:
         if data.payload.get("resumed"):
             self._ensure_console()
+            self._set_prefix(data)
             self._print(
                 f"resumed from step {data.step}: the run in {data.trainer.context.run_dir} had finished, "
                 "nothing to train (a missing final model is written again)"
@@ -126,8 +133,7 @@ class ConsoleCallback(Callback):
 
     def on_fit_start(self, data: EventData) -> None:
         self._ensure_console()
-        name = OmegaConf.select(data.trainer.cfg, "run_name", default=None) if data.trainer.cfg else None
-        self._prefix = f"[{name}] " if name else f"[{data.trainer.context.run_dir}] "
+        self._set_prefix(data)
         resumed = data.payload.get("resumed_from")
         self._start_step = int(resumed) if resumed is not None else int(data.step)
         self._t0 = time.perf_counter()
