@@ -6,7 +6,7 @@
 #   snakemake --profile slurm results/demo/     every rule a SLURM job (profile: slurm/config.yaml)
 #
 # The stages are defined once in workflow/stages.py; the rule files workflow/rules/*.smk (but
-# common.smk and table.smk) and dvc.yaml are generated from them: python workflow/generate.py.
+# common.smk, table.smk and compare.smk) and dvc.yaml are generated from them: python workflow/generate.py.
 # See docs/workflow.md.
 
 
@@ -24,6 +24,7 @@ include: "workflow/rules/traces.smk"
 include: "workflow/rules/serve_bench.smk"
 include: "workflow/rules/publish.smk"
 include: "workflow/rules/table.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:
@@ -36,3 +37,4 @@ rule all:
             if runs.runs_stage(RUNS[r], stages.BY_NAME["serve_bench"])
         ],
         expand("results/tables/{table}.md", table=sorted(TABLES)),
+        runs.COMPARE_PLOTS,  # every run's curves overlaid: the report's comparison page

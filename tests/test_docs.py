@@ -100,18 +100,20 @@ def test_getting_started_commands_run_as_written(tmp_path, monkeypatch, capsys):
         code, out, err = _run(cmd, capsys)
         assert code == 0, f"{cmd}:\n{out[-2000:]}\n{err[-2000:]}"
         if cmd.startswith("toolbox demo"):
-            assert "Demo finished. Results in results/demo/" in out
+            assert "Demo finished. Results in outputs/demo/" in out
             for name in ("config.yaml", "metrics.jsonl", "checkpoints", "model"):
-                assert (tmp_path / "results" / "demo" / name).exists(), name
-    assert (tmp_path / "results" / "demo" / "eval.json").is_file()
-    assert list((tmp_path / "results" / "demo" / "plots").glob("*.png"))
+                assert (tmp_path / "outputs" / "demo" / name).exists(), name
+    assert (tmp_path / "outputs" / "demo" / "eval.json").is_file()
+    assert list((tmp_path / "outputs" / "demo" / "plots").glob("*.png"))
+    # results/demo/ is the workflow's (snakemake -c2 results/demo/): the demo left nothing there
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.slow
 def test_make_demo_as_written():
     result = subprocess.run(["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "Demo finished. Results in results/demo/" in result.stdout
+    assert "Demo finished. Results in outputs/demo/" in result.stdout
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from result_tables import TABLE_PATHS, table_command, table_deps, table_log
-from runs import command, run_deps, runs_stage, shell_line
+from runs import (
+    COMPARE_LOG,
+    COMPARE_PLOTS,
+    command,
+    compare_command,
+    compare_deps,
+    run_deps,
+    runs_stage,
+    shell_line,
+)
 from stages import CONFIG_TREE, PATHS, REPO, STAGES, Stage
 
 DVC_FILE = "dvc.yaml"
@@ -58,6 +67,13 @@ def dvc_stages(runs: dict[str, Any], tables: dict[str, Any] | None = None) -> di
             + shell_line(table_command(name, table, runs), table_log(name)),
             "deps": table_deps(table, runs),
             "outs": [TABLE_PATHS["md"].format(table=name), TABLE_PATHS["json"].format(table=name)],
+        }
+    if runs:  # every run's curves overlaid (workflow/rules/compare.smk runs the same command)
+        stages["compare"] = {
+            "cmd": f"mkdir -p {Path(COMPARE_LOG).parent} && "
+            + shell_line(compare_command(runs), COMPARE_LOG),
+            "deps": compare_deps(runs),
+            "outs": [COMPARE_PLOTS],
         }
     plots = []
     for run in sorted(runs):

@@ -13,7 +13,7 @@ from pathlib import Path
 from string import Formatter
 
 from runs import entry_values, path_templates
-from stages import PRODUCER, REPO, STAGES, Stage
+from stages import DVC_RECORDER, PRODUCER, REPO, STAGES, Stage
 
 RULES_DIR = "workflow/rules"
 HEADER = """\
@@ -91,9 +91,13 @@ def _outputs(stage: Stage) -> list[str]:
             f"{INDENT}category={_str(out.report)},",
             f'{INDENT}subcategory="{{run}}",',
         ]
+        labels = f'"run": "{{run}}", "stage": {_str(stage.name)}'
         if out.directory:
             lines.append(f'{INDENT}patterns=["{{name}}.png"],')
-        lines += [f'{INDENT}labels={{"run": "{{run}}", "stage": {_str(stage.name)}}},', "),"]
+            # each file its own label: the report lists (and its search finds) every curve, where
+            # entries of equal labels showed as one
+            labels += ', "curve": "{name}"'
+        lines += [f"{INDENT}labels={{{labels}}},", "),"]
     return lines
 
 
@@ -129,10 +133,12 @@ def shell_command(stage: Stage) -> str:
         cmd += _escape(literal)
         if name is not None:
             cmd += _field(stage, name)
-    line = f"( {cmd} ) > {{log}} 2>&1"
+    line = f"( {cmd} ) 3>&2 > {{log}} 2>&1"  # as runs.shell_line: fd 3 is the terminal
     if stage.show_log_on_failure:
         line += " || {{ cat {log} >&2; exit 1; }}"
-    return line
+    # then the stage is recorded into dvc.lock, so that `dvc status` sees what Snakemake built
+    name = stage.dvc_name("{wildcards.run}") if stage.per_run else stage.dvc_name(None)
+    return f"{line} && python {DVC_RECORDER} {name}"
 
 
 def _params(stage: Stage) -> list[str]:

@@ -144,5 +144,23 @@ def shell_line(cmd: str, log: str, show_log_on_failure: bool = False) -> str:
     """The command with its log: Snakemake's rule runs ``( cmd ) > log 2>&1``, DVC the same after
     creating the log folder (Snakemake creates it itself). A stage that shows its log on failure
     then copies the log to stderr, which both tools print on the terminal."""
-    line = f"( {cmd} ) > {log} 2>&1"
+    line = f"( {cmd} ) 3>&2 > {log} 2>&1"  # fd 3: the terminal, for train's progress (stages.PROGRESS_FD)
     return f"{line} || {{ cat {log} >&2; exit 1; }}" if show_log_on_failure else line
+
+
+# -- the cross-run comparison ---------------------------------------------------------------------
+# Every run's curves overlaid, one PNG per metric (`toolbox plot RUN_DIR...`): the report's
+# "comparison" category (workflow/rules/compare.smk) and DVC's stage `compare` (dvc_yaml.py).
+COMPARE_PLOTS = "work/_compare/plots"
+COMPARE_LOG = "work/_compare/logs/compare.log"
+
+
+def compare_command(runs: dict[str, Any]) -> str:
+    folders = " ".join(PATHS["run_dir"].format(run=r) for r in sorted(runs))
+    return f"toolbox plot {folders} --out {COMPARE_PLOTS}"
+
+
+def compare_deps(runs: dict[str, Any]) -> list[str]:
+    """What the comparison reads: each run's metrics.jsonl (DVC); Snakemake reaches it through the
+    run's model/, written after it."""
+    return [PATHS["metrics"].format(run=r) for r in sorted(runs)]

@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG_TREE = "toolbox/configs"  # the Hydra config tree that `toolbox compose` reads
 SLICER = "workflow/scripts/slice_config.py"
 PUBLISHER = "workflow/scripts/publish.py"
+DVC_RECORDER = "workflow/scripts/dvc_record.py"  # ends every Snakemake rule: the stage into dvc.lock
 SERVE_BENCH = "workflow/scripts/serve_bench.py"
 DEFAULTS = "work/_defaults/config.yaml"
 PATHS = {
@@ -179,8 +180,12 @@ class Stage:
 TRAIN_CMD = (
     "mkdir -p {run_dir} && python workflow/scripts/resume_key.py {train_cfg} {data} > {resume_key}.new && "
     "{{ cmp -s {resume_key}.new {resume_key} || rm -rf {checkpoints}; }} && mv {resume_key}.new {resume_key} && "
-    "toolbox train --config {train_cfg} --data {data} --out {run_dir} resume_from=auto"
+    "TOOLBOX_PROGRESS_FD=3 toolbox train --config {train_cfg} --data {data} --out {run_dir} resume_from=auto"
 )
+# Every stage's output goes to its log; fd 3 stays the terminal Snakemake (or DVC) runs on, and the
+# train command's console writes its progress lines there too (TOOLBOX_PROGRESS_FD): a training
+# under `snakemake -c2` shows step, loss and eta on the screen, prefixed by the run's name.
+PROGRESS_FD = 3
 
 STAGES: tuple[Stage, ...] = (
     Stage(

@@ -44,3 +44,42 @@ def test_slurm_launcher_config_errors():
         SlurmLauncher(mode="mpi")
     with pytest.raises(ConfigError, match="launcher.cluster"):
         SlurmLauncher(cluster="k8s")
+
+
+def test_no_slurm_client_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """Issue 38: a SLURM launch with no cluster printed submitit's 31-line traceback."""
+    pytest.importorskip("submitit")
+    import sys
+    from pathlib import Path
+
+    from toolbox.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # no srun, no sbatch
+    code = main(["launch", *SMALL, "scheduler.warmup_steps=0", "launcher=slurm", "run_dir=run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err == [
+        "error: launcher=slurm: no SLURM client here (srun and sbatch not found). Is a SLURM cluster "
+        "reachable from here (`sinfo`)? Without one: launcher=local, or launcher.cluster=local to run "
+        "the same job through submitit on this machine."
+    ]
+
+
+def test_a_refused_submission_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """sbatch present but no cluster it can reach (here: a configuration file that does not exist)."""
+    pytest.importorskip("submitit")
+    import shutil
+
+    if shutil.which("sbatch") is None or shutil.which("srun") is None:
+        pytest.skip("no SLURM client installed")
+    from toolbox.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
+    code = main(["launch", *SMALL, "scheduler.warmup_steps=0", "launcher=slurm", "run_dir=run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert len(err) == 1, err
+    assert err[0].startswith("error: launcher=slurm: sbatch refused the job (sbatch: ")
+    assert "Without one: launcher=local" in err[0]

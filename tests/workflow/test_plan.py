@@ -55,3 +55,24 @@ def test_plan_of_a_fresh_workflow_lists_every_stage_after_composing(workflow_cop
     assert planned == {"data", "train", "eval", "check", "plot", "publish"}, table
     assert "| tiny | train |" in table and "Missing output files" in table
     assert (Path(workflow_copy.root) / "work/tiny/config/train.yaml").is_file()
+
+
+def test_plan_composes_only_the_runs_a_target_needs() -> None:
+    """`toolbox plan results/demo/` composed every run of config/config.yaml (28 compose jobs, 3 min
+    25 s in issue 38); it composes the target's run and the runs it starts from."""
+    from toolbox.results.plan import target_runs
+
+    runs = {
+        "demo": {"experiment": "demo"},
+        "sft": {"experiment": "sft_arith"},
+        "grpo": {"experiment": "grpo_arith", "init_from": "sft"},
+        "agent": {"experiment": "agent_tools"},
+        "agent_sft": {"experiment": "agent_sft", "init_from": "grpo", "data_from_traces": "agent"},
+    }
+    assert target_runs(["results/demo/"], runs) == ["demo"]
+    assert target_runs(["results/grpo"], runs) == ["grpo", "sft"]
+    assert target_runs(["./work/agent_sft/eval.json"], runs) == ["agent", "agent_sft", "grpo", "sft"]
+    assert target_runs(["results/demo/", "work/sft/train/model"], runs) == ["demo", "sft"]
+    # the default target, or one that names no run: every run
+    assert target_runs([], runs) == sorted(runs)
+    assert target_runs(["results/tables/cora.md"], runs) == sorted(runs)

@@ -95,3 +95,68 @@ def test_snakemake_report_and_dvc_plots_render_offline(tmp_path: Path, browser) 
     assert _colours(shot) > 50
     assert requests == []
     page.close()
+
+
+def test_snakemake_report_lists_every_curve_and_a_cross_run_page(tmp_path: Path, browser) -> None:
+    """Issue 38: the report showed one of the 9 curves of the plot stage (their labels were equal)
+    and its search found no "loss"; now every curve is a row of its own, searchable, and the
+    comparison category overlays every run."""
+    from workflow_copy import TINY_OVERRIDES, tiny_config
+
+    cfg = tiny_config()
+    cfg["runs"]["other"] = {"experiment": "demo", "overrides": [*TINY_OVERRIDES, "trainer.max_steps=10"]}
+    wf = copy_workflow(tmp_path / "repo", cfg)
+    wf.snakemake("-c2", timeout=1500)  # the default target: both runs and their comparison
+    curves = sorted(p.stem for p in (wf.root / "work" / TINY_RUN / "plots").glob("*.png"))
+    compared = sorted(p.stem for p in (wf.root / "work" / "_compare" / "plots").glob("*.png"))
+    assert "loss" in curves and len(curves) >= 8, curves
+    assert "loss" in compared, compared
+    wf.snakemake("--report", "report.html")
+    check_curves_and_comparison(wf.root, tmp_path, browser, curves, compared)
+
+
+def check_curves_and_comparison(
+    root: Path, shots: Path, browser, curves: list[str], compared: list[str]
+) -> None:
+    """The report of a workflow with runs `tiny` and `other`: every curve of `tiny` a row of its
+    own, the search for "loss" finding each run's and the comparison's, the comparison shown."""
+    wf_root = root
+    requests: list[str] = []
+    page = _offline_page(browser, requests)
+    page.goto((wf_root / "report.html").as_uri())
+    page.get_by_text("curves", exact=True).click()
+    page.get_by_text(TINY_RUN, exact=True).click()  # a subcategory per run
+    page.wait_for_timeout(500)
+    rows = page.locator("tr", has_text="plot")
+    listed = [rows.nth(i).inner_text().split() for i in range(rows.count())]
+    assert sorted(row[-1] for row in listed) == curves  # every curve its own row
+    assert {row[0] for row in listed} == {TINY_RUN}
+    page.screenshot(path=str(shots / "report_curves.png"))
+
+    page.goto((wf_root / "report.html").as_uri())
+    box = page.get_by_placeholder("Search...")
+    box.click()
+    box.type("loss", delay=20)
+    box.press("Enter")
+    page.wait_for_timeout(500)
+    found = page.locator("tr", has_text="loss")
+    rows = sorted(tuple(found.nth(i).inner_text().split()) for i in range(found.count()))
+    # each run's loss and the comparison's
+    assert rows == [("all", "compare", "loss"), ("other", "plot", "loss"), (TINY_RUN, "plot", "loss")], rows
+
+    page.goto((wf_root / "report.html").as_uri())
+    page.get_by_text("comparison", exact=True).click()
+    page.wait_for_timeout(500)
+    rows = page.locator("tr", has_text="compare")
+    assert sorted(rows.nth(i).inner_text().split()[-1] for i in range(rows.count())) == compared
+    rows.filter(has_text="loss").first.locator('a[iconname="eye"]').click()
+    page.wait_for_timeout(500)
+    shot = page.screenshot(path=str(shots / "report_comparison.png"))
+    print("screenshots:", shots / "report_curves.png", shots / "report_comparison.png")
+    widths = page.evaluate(
+        "Array.from(document.querySelectorAll('img'))"
+        ".filter(i => i.src.startsWith('data:image/png')).map(i => i.naturalWidth)"
+    )
+    assert widths and max(widths) >= 400, widths  # the overlaid loss curve, decoded and on the page
+    assert _colours(shot) > 50
+    assert requests == []

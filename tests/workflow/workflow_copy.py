@@ -95,6 +95,8 @@ class Workflow:
     def git_dvc_init(self) -> None:
         self.run("git", "init", "-q")
         self.run(tool("dvc"), "init", "-q", "--force")
+        # the repository's .dvcignore, not dvc init's: it leaves out Snakemake's .snakemake_timestamp
+        shutil.copy2(REPO / ".dvcignore", self.root / ".dvcignore")
 
     @staticmethod
     def ran(output: str) -> set[str]:

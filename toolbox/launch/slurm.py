@@ -21,6 +21,8 @@ same way. The run continues from its newest checkpoint (``trainer.save_every``).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import random
 import sys
@@ -191,11 +193,20 @@ class SlurmLauncher:
             import submitit
         except ImportError:
             raise ConfigError("launcher=slurm needs submitit: pip install 'toolbox[launch]'.") from None
-        executor = submitit.AutoExecutor(
-            folder=str(Path(cfg.run_dir) / self.folder),
-            cluster=self.cluster,
-            slurm_max_num_timeout=self.max_requeues,
-        )
+        try:
+            executor = submitit.AutoExecutor(
+                folder=str(Path(cfg.run_dir) / self.folder),
+                cluster=self.cluster,
+                slurm_max_num_timeout=self.max_requeues,
+            )
+        except RuntimeError as e:  # submitit: 'Could not detect "srun", are you indeed on a slurm cluster?'
+            if "srun" not in str(e):
+                raise
+            from toolbox.launch import LaunchError
+
+            raise LaunchError(
+                f"launcher=slurm: no SLURM client here (srun and sbatch not found). {NO_CLUSTER_HINT}"
+            ) from None
         params: dict[str, Any] = {
             "name": self.job_name or str(cfg.get("run_name", "toolbox")),
             "timeout_min": self.time_min,
@@ -230,7 +241,9 @@ class SlurmLauncher:
     def submit(self, cfg: DictConfig):
         """Submit one run; returns the submitit job (``job.job_id``, ``job.paths.stdout``)."""
         job = self.job(cfg)  # checks the run folder first: the executor creates its log folder there
-        return self.executor(cfg).submit(job)
+        executor = self.executor(cfg)
+        with sbatch_errors():
+            return executor.submit(job)
 
     def submit_sweep(self, cfgs: list[DictConfig]) -> list:
         """Submit several runs as one job array (submitit's batch); returns their jobs."""
@@ -240,7 +253,7 @@ class SlurmLauncher:
             check_output_dir(cfg.run_dir)
         jobs_in = [self.job(c) for c in cfgs]
         executor = self.executor(cfgs[0])
-        with executor.batch():
+        with sbatch_errors(), executor.batch():
             jobs = [executor.submit(j) for j in jobs_in]
         return jobs
 
@@ -274,6 +287,38 @@ class SlurmLauncher:
         job = self.submit(cfg)
         print(f"submitted SLURM job {job.job_id}; log {job.paths.stdout}", file=sys.stderr, flush=True)
         return self.wait(job, stream=stream)
+
+
+NO_CLUSTER_HINT = (
+    "Is a SLURM cluster reachable from here (`sinfo`)? Without one: launcher=local, or "
+    "launcher.cluster=local to run the same job through submitit on this machine."
+)
+
+
+@contextlib.contextmanager
+def sbatch_errors():
+    """A refused submission (no cluster, no controller, a bad request) as one ``LaunchError`` line
+    with sbatch's own last word, instead of submitit's traceback and sbatch's stderr."""
+    from submitit.core.utils import FailedJobError
+
+    from toolbox.launch import LaunchError
+
+    captured = io.StringIO()  # submitit prints sbatch's stderr before raising
+    try:
+        with contextlib.redirect_stderr(captured):
+            yield
+    except FailedJobError as e:
+        lines = [line.strip() for line in (str(e) or captured.getvalue()).splitlines() if line.strip()]
+        said = lines[-1] if lines else "no message"
+        raise LaunchError(f"launcher=slurm: sbatch refused the job ({said}). {NO_CLUSTER_HINT}") from None
+    except FileNotFoundError as e:
+        if "sbatch" not in str(e):
+            raise
+        raise LaunchError(f"launcher=slurm: sbatch is not installed here. {NO_CLUSTER_HINT}") from None
+    finally:
+        sys.stderr.write(
+            "".join(line for line in captured.getvalue().splitlines(True) if "sbatch" not in line)
+        )
 
 
 def _follow(job, out: IO[str], err: IO[str], offsets: dict[Path, int]) -> None:

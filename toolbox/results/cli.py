@@ -163,7 +163,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import yaml
 
     from toolbox.core.errors import ConfigError
-    from toolbox.results.plan import markdown, plan
+    from toolbox.results.plan import markdown, plan, target_runs
 
     root = Path(args.root)
     config = root / "config" / "config.yaml"
@@ -171,7 +171,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"toolbox plan: {config} does not exist; run it from the workflow's folder (--root)."
         )
-    runs = sorted((yaml.safe_load(config.read_text()) or {}).get("runs") or {})
+    # compose only the runs the targets need (a run and those it starts from), not all of them
+    runs = target_runs(args.targets, (yaml.safe_load(config.read_text()) or {}).get("runs") or {})
     jobs = plan(root, args.targets, runs)
     print(markdown(jobs), end="")
     if args.estimate:

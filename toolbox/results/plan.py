@@ -62,6 +62,33 @@ def parse_dry_run(text: str) -> list[Job]:
     return [Job(**j) for j in jobs if j["stage"] != "all"]
 
 
+TARGET_RUN_RE = re.compile(r"^(?:results|work)/([^/]+)")
+UPSTREAM_KEYS = ("init_from", "data_from_traces")  # a run's entry naming another run it reads
+
+
+def target_runs(targets: list[str], runs: dict[str, dict]) -> list[str]:
+    """The runs whose composed configs ``targets`` need: each ``results/<run>/`` or ``work/<run>/...``
+    target's run and the runs it starts from (``init_from``, ``data_from_traces``, transitively).
+    No target (Snakemake's default: every run) or one that names no run (``results/tables/...``):
+    every run."""
+    if not targets:
+        return sorted(runs)
+    wanted: list[str] = []
+    for target in targets:
+        found = TARGET_RUN_RE.match(target.removeprefix("./"))
+        if not found or found.group(1) not in runs:
+            return sorted(runs)
+        wanted.append(found.group(1))
+    needed: set[str] = set()
+    while wanted:
+        run = wanted.pop()
+        if run in needed or run not in runs:
+            continue
+        needed.add(run)
+        wanted += [str(runs[run][k]) for k in UPSTREAM_KEYS if (runs[run] or {}).get(k)]
+    return sorted(needed)
+
+
 def plan(root: Path, targets: list[str], runs: list[str]) -> list[Job]:
     """Bring every run's composed config up to date, then Snakemake's exact dry run of ``targets``."""
     snakemake = _snakemake()

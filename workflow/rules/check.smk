@@ -29,4 +29,4 @@ rule check:
         check_extra=run_value("check_extra"),
         expect=run_value("expect"),
     shell:
-        "( toolbox check --eval work/{wildcards.run}/eval.json{params.check_extra} --expect {params.expect} --run {wildcards.run} --out {output.check} --html {output.table} --published results/{wildcards.run} ) > {log} 2>&1 || {{ cat {log} >&2; exit 1; }}"
+        "( toolbox check --eval work/{wildcards.run}/eval.json{params.check_extra} --expect {params.expect} --run {wildcards.run} --out {output.check} --html {output.table} --published results/{wildcards.run} ) 3>&2 > {log} 2>&1 || {{ cat {log} >&2; exit 1; }} && python workflow/scripts/dvc_record.py check-{wildcards.run}"

@@ -16,7 +16,7 @@ rule defaults:
     conda:
         "../envs/toolbox.yaml"
     shell:
-        "( toolbox compose --out {output.config} ) > {log} 2>&1"
+        "( toolbox compose --out {output.config} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py defaults"
 
 
 # compose is a checkpoint: after it reruns, Snakemake re-evaluates the stages that read a slice, and
@@ -42,4 +42,4 @@ checkpoint compose:
     params:
         overrides=run_value("overrides"),
     shell:
-        "( toolbox compose {params.overrides} --out {output.full} && python {input.slicer} {output.full} --defaults {input.defaults} --out-dir work/{wildcards.run}/config ) > {log} 2>&1"
+        "( toolbox compose {params.overrides} --out {output.full} && python {input.slicer} {output.full} --defaults {input.defaults} --out-dir work/{wildcards.run}/config ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py compose-{wildcards.run}"

@@ -17,4 +17,4 @@ rule data:
     conda:
         "../envs/toolbox.yaml"
     shell:
-        "( toolbox data --config work/{wildcards.run}/config/data.yaml --out {output.data} ) > {log} 2>&1"
+        "( toolbox data --config work/{wildcards.run}/config/data.yaml --out {output.data} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py data-{wildcards.run}"

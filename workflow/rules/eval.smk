@@ -22,4 +22,4 @@ rule eval:
     params:
         before=run_value("before"),
     shell:
-        "( toolbox eval --config work/{wildcards.run}/config/eval.yaml --data {input.data} --model {input.model}{params.before} --out {output.eval} ) > {log} 2>&1"
+        "( toolbox eval --config work/{wildcards.run}/config/eval.yaml --data {input.data} --model {input.model}{params.before} --out {output.eval} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py eval-{wildcards.run}"

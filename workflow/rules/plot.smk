@@ -14,7 +14,7 @@ rule plot:
             category="curves",
             subcategory="{run}",
             patterns=["{name}.png"],
-            labels={"run": "{run}", "stage": "plot"},
+            labels={"run": "{run}", "stage": "plot", "curve": "{name}"},
         ),
     log:
         "work/{run}/logs/plot.log",
@@ -23,4 +23,4 @@ rule plot:
     conda:
         "../envs/toolbox.yaml"
     shell:
-        "( toolbox plot work/{wildcards.run}/train --out {output.plots} ) > {log} 2>&1"
+        "( toolbox plot work/{wildcards.run}/train --out {output.plots} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py plot-{wildcards.run}"

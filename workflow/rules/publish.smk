@@ -27,4 +27,4 @@ rule publish:
         publish_extra=run_value("publish_extra"),
         run_overrides=run_value("overrides"),
     shell:
-        "( python {input.publisher} --config {input.config} --model {input.model} --eval {input.eval} --check {input.check} --metrics work/{wildcards.run}/train/metrics.jsonl --plots {input.plots}{params.publish_extra} --out {output.results} ) > {log} 2>&1"
+        "( python {input.publisher} --config {input.config} --model {input.model} --eval {input.eval} --check {input.check} --metrics work/{wildcards.run}/train/metrics.jsonl --plots {input.plots}{params.publish_extra} --out {output.results} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py publish-{wildcards.run}"

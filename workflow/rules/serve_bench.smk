@@ -18,4 +18,4 @@ rule serve_bench:
     conda:
         "../envs/toolbox.yaml"
     shell:
-        "( python {input.script} --model work/{wildcards.run}/train/model --out {output.bench} ) > {log} 2>&1"
+        "( python {input.script} --model work/{wildcards.run}/train/model --out {output.bench} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py serve_bench-{wildcards.run}"

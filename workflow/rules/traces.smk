@@ -24,7 +24,7 @@ rule agent:
         agent_before=run_value("agent_before"),
         agent_args=run_value("agent_args"),
     shell:
-        "( python {params.agent_script} --model work/{wildcards.run}/train/model --traces {output.traces} --eval {output.eval}{params.agent_before} {params.agent_args} ) > {log} 2>&1"
+        "( python {params.agent_script} --model work/{wildcards.run}/train/model --traces {output.traces} --eval {output.eval}{params.agent_before} {params.agent_args} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py agent-{wildcards.run}"
 
 
 # The traces rule turns the traces into a datasets folder (`toolbox traces to-dataset`), which a run
@@ -45,4 +45,4 @@ rule traces:
     params:
         to_dataset_args=run_value("to_dataset_args"),
     shell:
-        "( toolbox traces to-dataset work/{wildcards.run}/traces.sqlite --out {output.data} --no-progress {params.to_dataset_args} ) > {log} 2>&1"
+        "( toolbox traces to-dataset work/{wildcards.run}/traces.sqlite --out {output.data} --no-progress {params.to_dataset_args} ) 3>&2 > {log} 2>&1 && python workflow/scripts/dvc_record.py traces-{wildcards.run}"

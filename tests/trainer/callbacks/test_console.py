@@ -67,3 +67,55 @@ def test_async_grpo_fields_are_shown_when_logged(trainer, drive):
     lines = [line for line in buf.getvalue().splitlines() if line.startswith("step ")]
     assert "stale 1 | wait s 0.25 | is clip 0.125" in lines[0]
     assert "stale" not in lines[1]  # a synchronous step shows none of them
+
+
+def test_the_bar_fits_80_columns(trainer, drive):
+    """Issue 38: at 80 columns rich cut the bar's step count and times ("1234/2…", "0:00:…");
+    the bar narrows and the metrics that do not fit are left out (loss stays)."""
+    buf = io.StringIO()
+    cb = ConsoleCallback()
+    cb.console = Console(file=buf, force_terminal=True, width=80, color_system=None)
+    trainer.max_steps = 2500  # the demo's
+    d = drive(Throughput(), cb)
+    d.fit_start()
+    for _ in range(1234):
+        d.step(loss=0.123456, lr=0.00099987, num_tokens=256)
+    d.fit_end()  # the bar's last frame is drawn when it stops
+    frames = [f.replace("\x1b[2K", "").replace("\x1b[?25l", "") for f in buf.getvalue().split("\r")]
+    bars = [f.split("\n")[0] for f in frames if f.startswith("train")]
+    assert bars, buf.getvalue()
+    last = bars[-1]
+    assert "1234/2500" in last and "loss 0.1235" in last and "eta" in last
+    assert "…" not in last, last  # nothing cut
+    assert all(len(bar) <= 80 for bar in bars), bars
+
+
+def test_progress_lines_reach_the_descriptor_the_workflow_keeps(trainer, drive, monkeypatch):
+    """Issue 38: under `snakemake -c2` a training showed nothing on the screen (its output goes to
+    the rule's log). The train rule keeps the terminal as fd 3 and sets TOOLBOX_PROGRESS_FD=3: the
+    plain lines go to the log and, prefixed by the run's name, to that descriptor."""
+    import os
+
+    read, write = os.pipe()
+    monkeypatch.setenv("TOOLBOX_PROGRESS_FD", str(write))
+    trainer.cfg.run_name = "demo"
+    log = run(drive, trainer, terminal=False)
+    os.close(write)
+    with os.fdopen(read) as f:
+        screen = f.read().splitlines()
+    assert "step 3/10 | loss 0.6667" in log
+    assert [line.split()[2] for line in screen if line.startswith("[demo] step ")] == [
+        "3/10",
+        "6/10",
+        "9/10",
+        "10/10",
+    ]
+    assert any(line.startswith("[demo] eval @ step 5") for line in screen)
+    assert any("eta" in line for line in screen)
+    # the log holds the same lines without the prefix
+    assert [line.removeprefix("[demo] ") for line in screen] == [line for line in log.splitlines() if line]
+
+
+def test_a_descriptor_that_is_not_open_is_ignored(trainer, drive, monkeypatch):
+    monkeypatch.setenv("TOOLBOX_PROGRESS_FD", "987")  # not open in this process
+    assert "step 3/10" in run(drive, trainer, terminal=False)

@@ -1,7 +1,7 @@
 """The ``lm_eval`` and ``inspect_ai`` evaluators: a harness task on the run's model, like any evaluator.
 
 In a config: ``eval.<label>: {name: lm_eval, task: arithmetic}``; from the command line:
-``toolbox eval --run results/demo backend=lm_eval task=arithmetic`` (:func:`use_harness`). Their
+``toolbox eval --run outputs/demo backend=lm_eval task=arithmetic`` (:func:`use_harness`). Their
 metrics are ``eval/<backend>/<task>/<metric>`` (``eval/lm_eval/arithmetic/exact_match``), so they
 land in eval.json, ``expect:`` and the report as any other metric.
 """
