@@ -4,6 +4,7 @@ for what depends on a run's entry: after_compose, run_inputs, run_value, train_r
 """
 
 import copy
+import functools
 import sys
 from pathlib import Path
 
@@ -86,12 +87,18 @@ def run_inputs(*kinds):
     ]
 
 
+@functools.cache
+def entry_values(run):
+    """The run's values of the command templates, computed once per run (Snakemake evaluates
+    every job's params, and more than once: a dry run of many runs asks thousands of times).
+    """
+    return runs.entry_values(run, entry(run))
+
+
 def run_value(name):
     """A value of the run's entry in the command (its overrides, its expect:, ...); a change of it
     reruns the rule."""
-    return lambda wildcards: runs.entry_values(wildcards.run, entry(wildcards.run))[
-        name
-    ]
+    return lambda wildcards: entry_values(wildcards.run)[name]
 
 
 def train_resource(key):
