@@ -5,9 +5,11 @@ for what depends on a run's entry: after_compose, run_inputs, run_value, train_r
 
 import copy
 import functools
+import inspect
 import sys
 from pathlib import Path
 
+from snakemake.common import overwrite_function_params
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
@@ -63,6 +65,15 @@ def files_under(folder):
     return sorted(str(p) for p in Path(folder).rglob("*") if p.is_file())
 
 
+def per_job(func):
+    """An input, params or resource function of the rules: Snakemake reads a function's signature
+    (inspect.signature) at every call, twice per job and function; told once here, it gets the
+    same parameters without that cost (most of a dry run of many runs is these calls).
+    """
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
 def after_compose(path):
     """An input read through the compose checkpoint: Snakemake re-evaluates the job once compose
     has run (and skips it if its slice did not change). It also rejects an unknown run with the
@@ -73,18 +84,20 @@ def after_compose(path):
         checkpoints.compose.get(run=wildcards.run)
         return path.format(run=wildcards.run)
 
-    return resolve
+    return per_job(resolve)
 
 
 def run_inputs(*kinds):
     """The inputs of this run only (stages.RUN_INPUTS): the model of init_from, the dataset of
     data_from_traces, the agent's script, the agent's evaluation; none where the run has none.
     """
-    return lambda wildcards: [
-        p
-        for kind in kinds
-        if (p := runs.run_input(kind, wildcards.run, entry(wildcards.run)))
-    ]
+    return per_job(
+        lambda wildcards: [
+            p
+            for kind in kinds
+            if (p := runs.run_input(kind, wildcards.run, entry(wildcards.run)))
+        ]
+    )
 
 
 @functools.cache
@@ -98,13 +111,14 @@ def entry_values(run):
 def run_value(name):
     """A value of the run's entry in the command (its overrides, its expect:, ...); a change of it
     reruns the rule."""
-    return lambda wildcards: entry_values(wildcards.run)[name]
+    return per_job(lambda wildcards: entry_values(wildcards.run)[name])
 
 
 def train_resource(key):
     """A train resource of the run; unset strings are "" (the SLURM plugin skips empty values)."""
-    return lambda wildcards: entry(wildcards.run)["resources"].get(key) or (
-        "" if key in ("gpu_model", "slurm_partition") else 0
+    return per_job(
+        lambda wildcards: entry(wildcards.run)["resources"].get(key)
+        or ("" if key in ("gpu_model", "slurm_partition") else 0)
     )
 
 
