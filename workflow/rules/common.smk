@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from snakemake.common import overwrite_function_params
-from snakemake.exceptions import WorkflowError
+from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
@@ -81,7 +81,12 @@ def after_compose(path):
 
     def resolve(wildcards):
         entry(wildcards.run)
-        checkpoints.compose.get(run=wildcards.run)
+        try:
+            checkpoints.compose.get(run=wildcards.run)
+        except IncompleteCheckpointException as e:
+            # compose has not run: the job waits for it (Snakemake's own answer to the exception,
+            # given here so that Snakemake does not also rebuild the job in every DAG pass)
+            return e.targetfile
         return path.format(run=wildcards.run)
 
     return per_job(resolve)
