@@ -1,22 +1,26 @@
-"""What the workflow costs before any real work: Snakemake's dry run on 100 runs, a no-op rerun,
+"""What the workflow costs before any real work: Snakemake's dry run on many runs, a no-op rerun,
 and the start-up of the `toolbox` command that every stage pays.
 
-Peers: the bare ``snakemake --version`` start-up, and ``snakemake -n`` on a plain Snakefile of the
-same shape (as many runs, each a chain of as many ``touch`` rules, and one ``all`` rule: the same
-job count, none of our workflow's config reading and rule generation). Each figure is the median of ``--repeats`` wall
-times of a fresh process (the machine is shared: the load average is printed too). The workflow
-runs in a temporary copy of the repo (Snakefile, workflow/, toolbox/configs/) with:
+The dry run is compared, in alternating rounds (``benchmarks/harness``), with ``snakemake -n`` on a
+plain Snakefile of the same shape (as many runs, each a chain of as many ``touch`` rules, and one
+``all`` rule: the real job count, read from Snakemake's own job table of our dry run; none of our
+workflow's config reading, input functions, checkpoint, logs and benchmarks) and with the bare
+``snakemake --version`` start-up. Every figure is a fresh process's wall time and CPU time (user +
+system of the child, from ``getrusage(RUSAGE_CHILDREN)``): on a shared machine the wall time
+measures the load, the CPU time the work. Ratios are taken round by round from unrounded values;
+``dry_run_vs_plain`` is ours / plain (the goal: <= 1.3 at 100 and at 1000 runs). The workflow runs
+in a temporary copy of the repo (Snakefile, workflow/, toolbox/configs/) with:
 
-- ``dry_run_100``: ``snakemake -n`` on a generated config of 100 runs (every stage of every run
-  to do; the job count is read from Snakemake's own job table), goal < 3 s here, and
-  ``plain_dry_run_100`` with ``dry_run_ratio_vs_plain`` beside it;
+- ``dry_run``: ``snakemake -n --quiet`` on a generated config of ``--runs`` runs (every stage of
+  every run to do), ``plain_dry_run`` and ``snakemake_version`` beside it;
+- ``dry_run_1``: the same on a config of one run, ``snakemake -n results/run000/``;
 - ``noop_rerun``: ``snakemake -c2 results/<run>/`` once the tiny run (or ``--run demo``) is built;
 - ``toolbox_help`` / ``toolbox_compose``: ``toolbox --help`` and ``toolbox compose --out F``;
 - ``slicer``: ``python workflow/scripts/slice_config.py`` (the rest of the compose stage).
 
-Prints one JSON object.
+Prints one JSON object (``--out F`` also writes it).
 
-    python benchmarks/workflow_overhead.py [--repeats 3] [--run tiny|demo] [--skip-noop]
+    python benchmarks/workflow_overhead.py [--rounds 3] [--runs 100] [--run tiny|demo] [--skip-noop]
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +38,8 @@ import time
 from pathlib import Path
 
 import yaml
+from harness.machine import load
+from harness.rounds import Rounds, spread
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -61,15 +67,26 @@ def env() -> dict[str, str]:
     }
 
 
-def timed(cmd: list[str], cwd: Path, repeats: int) -> dict[str, float]:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        res = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, check=False)
-        times.append(time.perf_counter() - t0)
-        if res.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-    return {"median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3)}
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def once(cmd: list[str], cwd: Path) -> dict[str, float]:
+    """One fresh process: its wall time and its CPU time (user + system), unrounded."""
+    cpu0, t0 = children_cpu(), time.perf_counter()
+    res = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, check=False)
+    wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return {"wall_s": wall, "cpu_s": cpu}
+
+
+def timed(cmd: list[str], cwd: Path, repeats: int) -> dict[str, dict]:
+    """``repeats`` fresh processes: min/median/max of the wall and the CPU time."""
+    each = [once(cmd, cwd) for _ in range(repeats)]
+    return {figure: spread([e[figure] for e in each]) for figure in ("wall_s", "cpu_s")}
 
 
 def job_count(cwd: Path) -> dict[str, int]:
@@ -120,7 +137,8 @@ def make_copy(root: Path, runs: dict) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the dry runs")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes of every other figure")
     parser.add_argument("--runs", type=int, default=100, help="runs in the generated config of the dry run")
     parser.add_argument(
         "--run", choices=["tiny", "demo"], default="tiny", help="the run built for the no-op rerun"
@@ -128,45 +146,76 @@ def main() -> int:
     parser.add_argument(
         "--skip-noop", action="store_true", help="skip the no-op rerun (it first builds the run)"
     )
+    parser.add_argument(
+        "--dry-run-only", action="store_true", help="only the dry runs of ours, the plain peer and --version"
+    )
+    parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
 
-    out: dict = {"load_avg_1m": round(os.getloadavg()[0], 2), "repeats": args.repeats}
+    out: dict = {
+        "benchmark": "workflow_overhead",
+        "command": " ".join(["python", "benchmarks/workflow_overhead.py", *sys.argv[1:]]),
+        "runs": args.runs,
+        "cores": os.cpu_count(),
+        "load_before": load(),
+    }
     with tempfile.TemporaryDirectory(prefix="workflow-overhead-") as tmp:
         tmp = Path(tmp)
-        out["snakemake_version"] = timed([tool("snakemake"), "--version"], tmp, args.repeats)
-
         many = {
             f"run{i:03d}": {"experiment": "demo", "overrides": [f"seed={i}", *TINY]} for i in range(args.runs)
         }
         big = make_copy(tmp / "many", many)
-        out[f"dry_run_{args.runs}"] = timed([tool("snakemake"), "-n", "--quiet"], big, args.repeats)
         jobs = job_count(big)
-        out[f"dry_run_{args.runs}"]["jobs"] = jobs["total"]
-        out[f"dry_run_{args.runs}"]["jobs_per_rule"] = jobs
         chain = max(1, (jobs["total"] - 1) // args.runs)
         plain = plain_snakefile(tmp / "plain", args.runs, chain, jobs["total"] - 1 - args.runs * chain)
-        out[f"plain_dry_run_{args.runs}"] = timed([tool("snakemake"), "-n", "--quiet"], plain, args.repeats)
-        out[f"plain_dry_run_{args.runs}"]["jobs"] = job_count(plain)["total"]
-        out["dry_run_ratio_vs_plain"] = (
-            out[f"dry_run_{args.runs}"]["median_s"] / out[f"plain_dry_run_{args.runs}"]["median_s"]
-        )
-        out["dry_run_1"] = timed(
-            [tool("snakemake"), "-n", "results/run000/", "--quiet"],
-            make_copy(tmp / "one", {"run000": many["run000"]}),
-            args.repeats,
-        )
+        plain_jobs = job_count(plain)["total"]
+        if plain_jobs != jobs["total"]:
+            raise SystemExit(
+                f"the plain Snakefile plans {plain_jobs} jobs, ours {jobs['total']}: not the same shape"
+            )
+        out["jobs"] = jobs["total"]
+        out["jobs_per_rule"] = jobs
+        dry_run = [tool("snakemake"), "-n", "--quiet"]
+        rounds = Rounds(
+            {
+                "toolbox": lambda: once(dry_run, big),
+                "plain": lambda: once(dry_run, plain),
+                "snakemake_version": lambda: once([tool("snakemake"), "--version"], tmp),
+            },
+            None,
+            args.rounds,
+        ).run()
+        out["rounds"] = rounds.rounds
+        out["orders"] = rounds.orders
+        out["each_round"] = rounds.each
+        out["sides"] = rounds.summary()
+        out["dry_run_vs_plain"] = {
+            figure: {
+                **spread([o / p for o, p in zip(rounds.values("toolbox", figure), rounds.values("plain", figure), strict=True)]),
+                "of_medians": rounds.summary()["toolbox"][figure]["median"] / rounds.summary()["plain"][figure]["median"],
+            }
+            for figure in ("cpu_s", "wall_s")
+        }  # fmt: skip
+        out["goal_dry_run_vs_plain_at_most"] = 1.3
+        out["goal_met_by_cpu_median"] = out["dry_run_vs_plain"]["cpu_s"]["median"] <= 1.3
 
-        out["toolbox_help"] = timed([tool("toolbox"), "--help"], tmp, args.repeats)
-        out["toolbox_compose"] = timed(
-            [tool("toolbox"), "compose", "--out", str(tmp / "c.yaml")], tmp, args.repeats
-        )
-        out["slicer"] = timed(
-            [sys.executable, str(REPO / "workflow/scripts/slice_config.py"), str(tmp / "c.yaml"), "--defaults", str(tmp / "c.yaml"),
-             "--out-dir", str(tmp / "slices")],
-            tmp, args.repeats,
-        )  # fmt: skip
+        if not args.dry_run_only:
+            out["dry_run_1"] = timed(
+                [tool("snakemake"), "-n", "results/run000/", "--quiet"],
+                make_copy(tmp / "one", {"run000": many["run000"]}),
+                args.repeats,
+            )
+            out["toolbox_help"] = timed([tool("toolbox"), "--help"], tmp, args.repeats)
+            out["toolbox_compose"] = timed(
+                [tool("toolbox"), "compose", "--out", str(tmp / "c.yaml")], tmp, args.repeats
+            )
+            out["slicer"] = timed(
+                [sys.executable, str(REPO / "workflow/scripts/slice_config.py"), str(tmp / "c.yaml"), "--defaults", str(tmp / "c.yaml"),
+                 "--out-dir", str(tmp / "slices")],
+                tmp, args.repeats,
+            )  # fmt: skip
 
-        if not args.skip_noop:
+        if not args.skip_noop and not args.dry_run_only:
             entry = {"experiment": "demo", "overrides": TINY if args.run == "tiny" else []}
             small = make_copy(tmp / "built", {args.run: entry})
             t0 = time.perf_counter()
@@ -177,18 +226,18 @@ def main() -> int:
                 check=True,
                 capture_output=True,
             )
-            out["build_s"] = round(time.perf_counter() - t0, 1)
+            out["build_s"] = time.perf_counter() - t0
             out["noop_rerun"] = timed([tool("snakemake"), "-c2", f"results/{args.run}/"], small, args.repeats)
             out["noop_rerun"]["run"] = args.run
 
-    base = out["snakemake_version"]["median_s"]
-    out["ratios_to_snakemake_version"] = {
-        k: round(v["median_s"] / base, 2)
-        for k, v in out.items()
-        if isinstance(v, dict) and "median_s" in v and k != "snakemake_version"
-    }
-    out[f"dry_run_{args.runs}_under_3s"] = out[f"dry_run_{args.runs}"]["median_s"] < 3.0
-    print(json.dumps(out, indent=2))
+    out["load_after"] = load()
+    text = json.dumps(out, indent=2) + "\n"
+    if args.out:
+        from toolbox.core.atomic import atomic_write_text
+
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out, text)
+    print(text, end="")
     return 0
 
 

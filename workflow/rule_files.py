@@ -61,6 +61,8 @@ def _is_source_folder(path: str) -> bool:
 def _inputs(stage: Stage) -> list[str]:
     lines = []
     for key, path in stage.deps.items():
+        if key in stage.dvc_only:
+            continue
         seen = snakemake_input(path)
         if _is_source_folder(path):
             value = f"files_under({_str(path)})"

@@ -18,10 +18,14 @@ def spread(values: list[float]) -> dict:
 
 
 class Rounds:
-    """Run ``sides`` (name -> a function returning that round's figures) ``rounds`` times, alternating."""
+    """Run ``sides`` (name -> a function returning that round's figures) ``rounds`` times, alternating.
+    ``settings`` None: the sides run no torch in this process (each times a subprocess)."""
 
     def __init__(
-        self, sides: dict[str, Callable[[], dict[str, float]]], settings: TorchSettings, rounds: int
+        self,
+        sides: dict[str, Callable[[], dict[str, float]]],
+        settings: TorchSettings | None,
+        rounds: int,
     ):
         if rounds < 1:
             raise ValueError(
@@ -39,9 +43,11 @@ class Rounds:
             k = r % len(names)
             order = names[k:] + names[:k]
             for name in order:
-                self.settings.apply()
+                if self.settings is not None:
+                    self.settings.apply()
                 self.each[name].append(self.sides[name]())
-                self.settings.check(name)
+                if self.settings is not None:
+                    self.settings.check(name)
             self.orders.append(order)
         return self
 

@@ -4,10 +4,13 @@ for what depends on a run's entry: after_compose, run_inputs, run_value, train_r
 """
 
 import copy
+import functools
+import inspect
 import sys
 from pathlib import Path
 
-from snakemake.exceptions import WorkflowError
+from snakemake.common import overwrite_function_params
+from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
@@ -63,6 +66,15 @@ def files_under(folder):
     return sorted(str(p) for p in Path(folder).rglob("*") if p.is_file())
 
 
+def per_job(func):
+    """An input, params or resource function of the rules: Snakemake reads a function's signature
+    (inspect.signature) at every call, twice per job and function; told once here, it gets the
+    same parameters without that cost (most of a dry run of many runs is these calls).
+    """
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
 def after_compose(path):
     """An input read through the compose checkpoint: Snakemake re-evaluates the job once compose
     has run (and skips it if its slice did not change). It also rejects an unknown run with the
@@ -70,29 +82,42 @@ def after_compose(path):
 
     def resolve(wildcards):
         entry(wildcards.run)
-        checkpoints.compose.get(run=wildcards.run)
+        try:
+            checkpoints.compose.get(run=wildcards.run)
+        except IncompleteCheckpointException as e:
+            # compose has not run: the job waits for it (Snakemake's own answer to the exception,
+            # given here so that Snakemake does not also rebuild the job in every DAG pass)
+            return e.targetfile
         return path.format(run=wildcards.run)
 
-    return resolve
+    return per_job(resolve)
 
 
 def run_inputs(*kinds):
     """The inputs of this run only (stages.RUN_INPUTS): the model of init_from, the dataset of
     data_from_traces, the agent's script, the agent's evaluation; none where the run has none.
     """
-    return lambda wildcards: [
-        p
-        for kind in kinds
-        if (p := runs.run_input(kind, wildcards.run, entry(wildcards.run)))
-    ]
+    return per_job(
+        lambda wildcards: [
+            p
+            for kind in kinds
+            if (p := runs.run_input(kind, wildcards.run, entry(wildcards.run)))
+        ]
+    )
+
+
+@functools.cache
+def entry_values(run):
+    """The run's values of the command templates, computed once per run (Snakemake evaluates
+    every job's params, and more than once: a dry run of many runs asks thousands of times).
+    """
+    return runs.entry_values(run, entry(run))
 
 
 def run_value(name):
     """A value of the run's entry in the command (its overrides, its expect:, ...); a change of it
     reruns the rule."""
-    return lambda wildcards: runs.entry_values(wildcards.run, entry(wildcards.run))[
-        name
-    ]
+    return per_job(lambda wildcards: entry_values(wildcards.run)[name])
 
 
 def train_resource(key):
@@ -107,7 +132,7 @@ def train_resource(key):
         )
         return have.get(key) or ("" if key in ("gpu_model", "slurm_partition") else 0)
 
-    return value
+    return per_job(value)
 
 
 def check_dvc_yaml():

@@ -26,7 +26,6 @@ rule defaults:
 checkpoint compose:
     input:
         defaults="work/_defaults/config.yaml",
-        tree=files_under("toolbox/configs"),
         slicer="workflow/scripts/slice_config.py",
     output:
         full="work/{run}/config/full.yaml",
