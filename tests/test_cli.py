@@ -128,7 +128,9 @@ def test_overrides_after_the_options(tmp_path, tiny):
 def test_unset_value_and_empty_data_file_are_named(tmp_path):
     proc = run("train", "data=local", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: data.source.path is required (source 'local_files', path: the data file")
+    assert proc.stderr.startswith(
+        "error: data.source.path is required (source 'local_files', path: the data file"
+    )
     assert "set data.source.path=..." in proc.stderr
     empty = tmp_path / "train.jsonl"
     empty.write_text("")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.rl.conftest import ScriptedEngine, solve
 
+from tests.rl.conftest import ScriptedEngine, solve
 from toolbox.core.errors import ConfigError
 from toolbox.experiment import ExperimentBuilder, load_config
 from toolbox.rl.agent_endpoint import AgentEndpoint

@@ -9,8 +9,8 @@ import json
 
 import pytest
 import torch
-from tests.rl.conftest import ScriptedEngine, solve
 
+from tests.rl.conftest import ScriptedEngine, solve
 from toolbox.core.events import Event
 from toolbox.core.registries import REWARDS, TEXT_ENVS
 from toolbox.experiment import ExperimentBuilder, load_config

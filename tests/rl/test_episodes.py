@@ -5,8 +5,8 @@ are masked in; limits end episodes; episodes at different turns are in flight to
 from __future__ import annotations
 
 import pytest
-from tests.rl.conftest import ScriptedEngine
 
+from tests.rl.conftest import ScriptedEngine
 from toolbox.data.datasets.chat import Chat
 from toolbox.rl.episodes import EpisodeRunner
 from toolbox.rl.rollouts import TextRollout
