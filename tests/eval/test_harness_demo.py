@@ -65,3 +65,27 @@ def test_full_demo_exact_match_equal_in_three_harnesses(tmp_path_factory, offlin
     assert own == trained_exact_match(run)
     assert lm == {LM: own}
     assert inspect == {INSPECT: own}
+
+
+def test_a_harness_metric_in_the_eval_stage_feeds_expect(demo_short, offline, tmp_path, capsys):
+    """Item 4: the workflow's eval stage runs a harness task as one more evaluator (a run's
+    ``+eval.harness=...`` override reaches its eval slice; here the same node is set on the run's
+    config), so its metric lands in eval.json beside toolbox's own, and the check stage
+    (``toolbox check``) holds it to the run's ``expect:`` like any other."""
+    import json
+
+    from toolbox.cli import main
+
+    harness = "eval.harness={name: lm_eval, task: arithmetic, max_examples: 200}"
+    metrics = run_eval(demo_short, harness, out=tmp_path / "eval.json")
+    assert metrics[LM] == metrics[EXACT]  # the harness beside toolbox's own, the same number
+    eval_json = str(tmp_path / "eval.json")
+
+    def check(rule: dict) -> int:
+        return main(["check", "--eval", eval_json, "--expect", json.dumps({LM: rule}), "--run", "demo"])
+
+    assert check({"min": metrics[LM]}) == 0
+    assert LM in capsys.readouterr().out
+    assert check({"min": metrics[LM] + 0.5}) == 1
+    err = capsys.readouterr().err
+    assert "does not reach what it declares" in err and LM in err
