@@ -8,7 +8,7 @@ from toolbox.core.registries import COLLATORS, DATASETS, SOURCES, TOKENIZERS
 
 EXPECTED = {
     TOKENIZERS: {"char", "bpe", "pretrained"},
-    SOURCES: {"arithmetic", "local", "hub", "gsm8k"},
+    SOURCES: {"arithmetic", "local_files", "hub", "gsm8k"},
     DATASETS: {"lm_text", "prompt_completion", "chat", "preference", "prompt_only"},
     COLLATORS: {"pad", "packing"},
 }

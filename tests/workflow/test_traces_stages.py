@@ -40,7 +40,7 @@ def test_agent_and_traces_stages_exist_only_for_runs_with_an_agent() -> None:
     assert "work/actor/train/model" in dvc["agent-learner"]["deps"]
     assert dvc["agent-actor"]["cmd"].endswith(
         "( python agent.py --model work/actor/train/model --traces work/actor/traces.sqlite "
-        "--eval work/actor/agent_eval.json --problems 50 ) > work/actor/logs/agent.log 2>&1"
+        "--eval work/actor/agent_eval.json --problems 50 ) 3>&2 > work/actor/logs/agent.log 2>&1"
     )
     assert "agent.py" in dvc["agent-actor"]["deps"] and dvc["agent-actor"]["metrics"] == [
         "work/actor/agent_eval.json"

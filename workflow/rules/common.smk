@@ -123,12 +123,15 @@ def run_value(name):
 def train_resource(key):
     """A train resource of the run; unset strings are "" (the SLURM plugin skips empty values).
     runtime and mem_mb the run does not set come from its `toolbox plan --estimate`
-    (work/<run>/estimate/train.json, workflow/estimated.py) while that matches its config."""
+    (work/<run>/estimate/train.json, workflow/estimated.py) while that matches its config.
+    """
 
     def value(wildcards):
         entry(wildcards.run)  # an unknown run fails with the list of runs
         have = estimated.train_resources(
-            RAW_RUNS[wildcards.run], Path("work") / wildcards.run, runs.RESOURCE_DEFAULTS
+            RAW_RUNS[wildcards.run],
+            Path("work") / wildcards.run,
+            runs.RESOURCE_DEFAULTS,
         )
         return have.get(key) or ("" if key in ("gpu_model", "slurm_partition") else 0)
 
