@@ -14,6 +14,7 @@ asks Snakemake's dry run, which is now exact, and prints its jobs with Snakemake
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -89,19 +90,32 @@ def target_runs(targets: list[str], runs: dict[str, dict]) -> list[str]:
     return sorted(needed)
 
 
+def _env() -> dict[str, str]:
+    """The environment of the Snakemake calls: this interpreter's folder first on the PATH, so that
+    the rules' ``toolbox`` and ``python`` are this installation's (``.venv/bin/toolbox plan``
+    works without activating the environment)."""
+    path = os.environ.get("PATH", "")
+    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}
+
+
 def plan(root: Path, targets: list[str], runs: list[str]) -> list[Job]:
     """Bring every run's composed config up to date, then Snakemake's exact dry run of ``targets``."""
     snakemake = _snakemake()
     configs = [f"work/{run}/config/full.yaml" for run in runs]
     composed = subprocess.run(
-        [snakemake, "-c1", *configs, "--quiet", "all"], cwd=root, capture_output=True, text=True
+        [snakemake, "-c1", *configs, "--quiet", "all"], cwd=root, capture_output=True, text=True, env=_env()
     )
     if composed.returncode != 0:
-        raise ToolboxError(f"toolbox plan: composing the runs failed:\n{composed.stderr[-3000:]}")
-    dry = subprocess.run([snakemake, "-n", *targets], cwd=root, capture_output=True, text=True)
+        raise ToolboxError(f"toolbox plan: composing the runs failed:\n{_tail(composed)}")
+    dry = subprocess.run([snakemake, "-n", *targets], cwd=root, capture_output=True, text=True, env=_env())
     if dry.returncode != 0:
-        raise ToolboxError(f"toolbox plan: snakemake -n failed:\n{dry.stderr[-3000:]}")
+        raise ToolboxError(f"toolbox plan: snakemake -n failed:\n{_tail(dry)}")
     return parse_dry_run(dry.stdout + "\n" + dry.stderr)
+
+
+def _tail(done: subprocess.CompletedProcess) -> str:
+    """The end of what a failed Snakemake call printed (its error goes to either stream)."""
+    return (done.stdout + "\n" + done.stderr).strip()[-3000:]
 
 
 def build_data(root: Path, runs: list[str]) -> None:
@@ -110,10 +124,14 @@ def build_data(root: Path, runs: list[str]) -> None:
         return
     targets = [f"work/{run}/data" for run in runs]
     done = subprocess.run(
-        [_snakemake(), "-c1", *targets, "--quiet", "all"], cwd=root, capture_output=True, text=True
+        [_snakemake(), "-c1", *targets, "--quiet", "all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=_env(),
     )
     if done.returncode != 0:
-        raise ToolboxError(f"toolbox plan --estimate: building the data failed:\n{done.stderr[-3000:]}")
+        raise ToolboxError(f"toolbox plan --estimate: building the data failed:\n{_tail(done)}")
 
 
 def markdown(jobs: list[Job]) -> str:
