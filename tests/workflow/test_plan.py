@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from workflow_copy import Workflow, tool
@@ -46,8 +47,21 @@ def test_parse_dry_run_reads_stage_run_and_reason() -> None:
     ]
 
 
+HEAVY = re.compile(r"^import time:.*\|\s+(torch|transformers|datasets)$", re.M)
+
+
 def test_plan_of_a_fresh_workflow_lists_every_stage_after_composing(workflow_copy: Workflow) -> None:
+    """Issue 38: `toolbox plan results/demo/` took minutes on a fresh clone, most of it `toolbox
+    compose` importing torch and transformers; every process of the plan now imports none of them
+    (each Python process prints its imports: PYTHONPROFILEIMPORTTIME)."""
+    workflow_copy.env["PYTHONPROFILEIMPORTTIME"] = "1"
     res = workflow_copy.run(tool("toolbox"), "plan", "results/tiny/")
+    root = Path(workflow_copy.root)
+    for log in (root / "work/_defaults/logs/defaults.log", root / "work/tiny/logs/compose.log"):
+        text = log.read_text()
+        assert "| hydra" in text, text[-2000:]  # the imports were printed
+        assert HEAVY.findall(text) == [], log
+    assert "| yaml" in res.stderr and HEAVY.findall(res.stderr) == []  # toolbox plan itself
     table = res.stdout
     assert table.startswith("| run | stage | reason |")
     planned = {line.split(" | ")[1] for line in table.splitlines()[2:]}
