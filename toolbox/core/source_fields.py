@@ -66,11 +66,6 @@ def component(var: str, modules: tuple[str, ...], name: str) -> SourceComponent 
     return found if isinstance(found, SourceComponent) else None
 
 
-def names(var: str, modules: tuple[str, ...]) -> frozenset[str]:
-    """Every name registered with ``@<var>.register`` in ``modules``, read or not."""
-    return frozenset(_index(var, modules))
-
-
 _INDEXES: dict[tuple[str, tuple[str, ...]], dict[str, SourceComponent | None]] = {}
 
 
