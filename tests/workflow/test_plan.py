@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from workflow_copy import Workflow, tool
+from workflow_copy import Workflow, tiny_config, tool
 
 from toolbox.results.plan import parse_dry_run
 
@@ -46,8 +47,21 @@ def test_parse_dry_run_reads_stage_run_and_reason() -> None:
     ]
 
 
+HEAVY = re.compile(r"^import time:.*\|\s+(torch|transformers|datasets)$", re.M)
+
+
 def test_plan_of_a_fresh_workflow_lists_every_stage_after_composing(workflow_copy: Workflow) -> None:
+    """Issue 38: `toolbox plan results/demo/` took minutes on a fresh clone, most of it `toolbox
+    compose` importing torch and transformers; every process of the plan now imports none of them
+    (each Python process prints its imports: PYTHONPROFILEIMPORTTIME)."""
+    workflow_copy.env["PYTHONPROFILEIMPORTTIME"] = "1"
     res = workflow_copy.run(tool("toolbox"), "plan", "results/tiny/")
+    root = Path(workflow_copy.root)
+    for log in (root / "work/_defaults/logs/defaults.log", root / "work/tiny/logs/compose.log"):
+        text = log.read_text()
+        assert "| hydra" in text, text[-2000:]  # the imports were printed
+        assert HEAVY.findall(text) == [], log
+    assert "| yaml" in res.stderr and HEAVY.findall(res.stderr) == []  # toolbox plan itself
     table = res.stdout
     assert table.startswith("| run | stage | reason |")
     planned = {line.split(" | ")[1] for line in table.splitlines()[2:]}
@@ -55,6 +69,22 @@ def test_plan_of_a_fresh_workflow_lists_every_stage_after_composing(workflow_cop
     assert planned == {"data", "train", "eval", "check", "plot", "publish"}, table
     assert "| tiny | train |" in table and "Missing output files" in table
     assert (Path(workflow_copy.root) / "work/tiny/config/train.yaml").is_file()
+
+    del workflow_copy.env["PYTHONPROFILEIMPORTTIME"]
+
+    # composed already: the same plan (from one dry run); a changed run entry is composed again
+    again = workflow_copy.run(tool("toolbox"), "plan", "results/tiny/").stdout
+    assert {line.split(" | ")[1] for line in again.splitlines()[2:]} == planned  # reasons' order varies
+    full = root / "work/tiny/config/full.yaml"
+    assert "max_examples: 16" in full.read_text()
+    cfg = tiny_config()
+    cfg["runs"]["tiny"]["overrides"] = [
+        o if not o.startswith("eval.exact_match.max_examples=") else "eval.exact_match.max_examples=8"
+        for o in cfg["runs"]["tiny"]["overrides"]
+    ]
+    workflow_copy.write_config(cfg)
+    workflow_copy.run(tool("toolbox"), "plan", "results/tiny/")
+    assert "max_examples: 8" in full.read_text()
 
 
 def test_plan_composes_only_the_runs_a_target_needs() -> None:

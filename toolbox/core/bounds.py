@@ -7,7 +7,7 @@ A component annotates a field with one of these instead of a bare ``int``/``floa
 Inside a container or an optional too: ``hidden_dims: list[AtLeastOne]``, ``max_model_len:
 AtLeastOne | None``.
 
-The registry's signature check (``toolbox.core.registry.check_type``, through pydantic) then
+The registry's signature check (``toolbox.core.config_types.check_type``, through pydantic) then
 rejects ``trainer.grad_accum_steps=0`` before anything is built or written, naming the key and
 the range; ``toolbox catalog`` shows the range beside the type (``int >= 1``).
 """

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import types
+import sys
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolbox.core.config_types import check_type, type_name
 from toolbox.core.errors import ConfigError, UnknownComponentError
+from toolbox.core.source_fields import Unresolved
 
 NAME_KEY = "name"
 
@@ -45,7 +47,21 @@ class Field:
 
     @property
     def type_name(self) -> str:
-        return _type_name(self.annotation)
+        return type_name(self.annotation)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a config may set on a component: its fields, and whether it takes any other key too."""
+
+    fields: tuple[Field, ...]
+    accepts_any: bool
+
+
+def component_schema(obj: Callable[..., Any]) -> Schema:
+    """The schema of an imported component: its signature."""
+    accepts_any = any(p.kind == p.VAR_KEYWORD for p in _signature(obj).parameters.values())
+    return Schema(tuple(component_fields(obj)), accepts_any)
 
 
 class Registry:
@@ -134,7 +150,34 @@ class Registry:
 
     # schema --------------------------------------------------------------------------------
     def fields(self, name: str) -> list[Field]:
-        return component_fields(self.get(name))
+        return list(self.schema(name).fields)
+
+    def schema(self, name: str, keys: Collection[str] = (), path: str | None = None) -> Schema:
+        """The fields of component ``name``, read from its source when it says all of them for
+        certain (``toolbox.core.source_fields``: composing a config then imports no torch), else
+        from the imported component. ``keys``: the settings about to be checked; when the type of
+        one of them names a class the source alone cannot resolve, the component is imported.
+        ``path``: the config key naming it, for the message when ``name`` is unknown."""
+        read = None if name in self._entries else self._source_schema(name)
+        if read is not None and not any(
+            isinstance(f.annotation, Unresolved) for f in read.fields if f.name in keys
+        ):
+            return read
+        return component_schema(self.get(name, path=path))
+
+    def _source_schema(self, name: str) -> Schema | None:
+        from toolbox.core import source_fields
+
+        registries = sys.modules.get("toolbox.core.registries")
+        var = next((k for k, v in vars(registries).items() if v is self), None) if registries else None
+        found = source_fields.component(var, self.modules, name) if var else None
+        if found is None:
+            return None
+        docs = _arg_docs(found.doc)
+        fields = tuple(
+            Field(p.name, p.annotation, p.default, p.required, docs.get(p.name, "")) for p in found.params
+        )
+        return Schema(fields, found.accepts_any)
 
     def validate(
         self, spec: Mapping[str, Any], path: str, injected: frozenset[str] = frozenset()
@@ -147,9 +190,9 @@ class Registry:
                 f"(one of: {', '.join(self.names())}), got {spec!r}."
             )
         name = spec[NAME_KEY]
-        obj = self.get(name, path=f"{path}.{NAME_KEY}")
         kwargs = {k: v for k, v in spec.items() if k != NAME_KEY}
-        return validate_kwargs(obj, kwargs, path, f"{self.kind} '{name}'", injected)
+        schema = self.schema(name, kwargs, path=f"{path}.{NAME_KEY}")
+        return validate_schema(schema, kwargs, path, f"{self.kind} '{name}'", injected)
 
     def build(self, spec: Mapping[str, Any], path: str | None = None, **injected: Any) -> Any:
         """Build a component from its config node, passing the injections it accepts."""
@@ -277,8 +320,19 @@ def validate_kwargs(
     injected: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Type-check ``kwargs`` against the signature of ``obj``; errors name ``path.key``."""
-    fields = {f.name: f for f in component_fields(obj)}
-    accepts_any = any(p.kind == p.VAR_KEYWORD for p in _signature(obj).parameters.values())
+    return validate_schema(component_schema(obj), kwargs, path, what, injected)
+
+
+def validate_schema(
+    schema: Schema,
+    kwargs: Mapping[str, Any],
+    path: str,
+    what: str,
+    injected: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """Type-check ``kwargs`` against a component's schema; errors name ``path.key``."""
+    fields = {f.name: f for f in schema.fields}
+    accepts_any = schema.accepts_any
     out: dict[str, Any] = {}
     for key, value in kwargs.items():
         if key not in fields:
@@ -295,53 +349,6 @@ def validate_kwargs(
             )
         out[key] = check_type(value, fields[key].annotation, f"{path}.{key}")
     return out
-
-
-def check_type(value: Any, annotation: Any, path: str) -> Any:
-    """Validate (and gently coerce: int -> float, list -> tuple) one config value."""
-    if annotation is Any or annotation is inspect.Parameter.empty:
-        return value
-    from pydantic import TypeAdapter, ValidationError
-
-    try:
-        adapter = TypeAdapter(annotation, config={"arbitrary_types_allowed": True})
-    except Exception:  # not a type pydantic understands (a protocol, a module): accept
-        try:
-            adapter = TypeAdapter(annotation)
-        except Exception:
-            return value
-    try:
-        return adapter.validate_python(value, strict=False)
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise ConfigError(
-            f"{path}: expected {_type_name(annotation)}, got {value!r} "
-            f"({type(value).__name__}): {first['msg']}."
-        ) from None
-
-
-def _type_name(annotation: Any) -> str:
-    if annotation is Any:
-        return "any"
-    if typing.get_origin(annotation) is typing.Annotated:  # a range from toolbox.core.bounds
-        base, *meta = typing.get_args(annotation)
-        return f"{_type_name(base)} {', '.join(_bound_text(m) for m in meta)}"
-    args = typing.get_args(annotation)
-    if any(typing.get_origin(a) is typing.Annotated for a in args):
-        origin = typing.get_origin(annotation)
-        if isinstance(origin, type) and origin is not types.UnionType:  # list[AtLeastOne]
-            return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
-        return " | ".join("None" if a is type(None) else _type_name(a) for a in args)  # AtLeastOne | None
-    if isinstance(annotation, type) and not typing.get_args(annotation):
-        return annotation.__name__
-    return str(annotation).replace("typing.", "")
-
-
-def _bound_text(meta: Any) -> str:
-    for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-        if hasattr(meta, attr):
-            return f"{op} {getattr(meta, attr)}"
-    return str(meta)
 
 
 def _arg_docs(doc: str) -> dict[str, str]:

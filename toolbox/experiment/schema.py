@@ -123,21 +123,15 @@ def component_paths(cfg: DictConfig) -> list[tuple[str, str, frozenset[str]]]:
 def fields_of(cfg: DictConfig, path: str) -> dict[str, Any]:
     """The config fields (name -> signature default, or MISSING when required) of the component at
     ``path``; empty when it is no component node or names no registered component."""
-    from toolbox.core.registry import component_fields
-
     node = node_at(cfg, path)
     for key, attr, injected in component_paths(cfg):
         if key != path:
             continue
         if not isinstance(node, DictConfig) or not isinstance(node.get("name"), str):
             return {}
-        try:
-            obj = registry_of(attr).get(node.name)
+        try:  # read from the component's source when it can be: composing imports no torch
+            fields = registry_of(attr).schema(node.name).fields
         except ConfigError:
             return {}  # validate_config names the unknown component
-        return {
-            f.name: "???" if f.required else f.default
-            for f in component_fields(obj)
-            if f.name not in injected
-        }
+        return {f.name: "???" if f.required else f.default for f in fields if f.name not in injected}
     return {}

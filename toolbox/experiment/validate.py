@@ -26,7 +26,7 @@ def validate_config(cfg: DictConfig, explicit: Collection[str] = (), warn: bool 
     (``relations.py``; ``explicit``: the keys the command line set), before anything is built.
     ``warn=False``: the same checks without the relations' warnings, for a config that was
     validated (and warned about) once already."""
-    from toolbox.core.registry import component_fields, validate_kwargs
+    from toolbox.core.registry import validate_kwargs, validate_schema
 
     _check_required(cfg)
     unknown = set(cfg.keys()) - TOP_LEVEL - GROUP_KEYS
@@ -54,10 +54,11 @@ def validate_config(cfg: DictConfig, explicit: Collection[str] = (), warn: bool 
     trainer = node_at(cfg, "trainer")
     if trainer is None:
         raise ConfigError("trainer: no trainer selected; add trainer=supervised (see `toolbox catalog`).")
-    cls = registry_of("TRAINERS").get(trainer.get("name"), path="trainer.name")
+    name = trainer.get("name")
     settings = {k: v for k, v in OmegaConf.to_container(trainer, resolve=True).items() if k != "name"}
-    settings = validate_kwargs(cls, settings, "trainer", f"trainer '{trainer.name}'", TRAINER_INJECTED)
-    defaults = {f.name: f.default for f in component_fields(cls) if not f.required}
+    schema = registry_of("TRAINERS").schema(name, settings, path="trainer.name")
+    settings = validate_schema(schema, settings, "trainer", f"trainer '{name}'", TRAINER_INJECTED)
+    defaults = {f.name: f.default for f in schema.fields if not f.required}
     check_relations(cfg, {**defaults, **settings}, explicit, warn)
 
 

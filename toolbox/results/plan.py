@@ -5,7 +5,8 @@ every stage after it (train and data included) although, once compose has rewrit
 slices that changed, Snakemake reruns just the stages whose slice did. ``toolbox plan`` therefore
 first brings the composed configs up to date (``snakemake`` on ``work/<run>/config/full.yaml``:
 the defaults and compose jobs only, a few seconds; exactly what the real run does first), then
-asks Snakemake's dry run, which is now exact, and prints its jobs with Snakemake's reasons::
+asks Snakemake's dry run, which is now exact, and prints its jobs with Snakemake's reasons (where
+the composed configs exist and the dry run lists no compose job, that one dry run is the plan)::
 
     toolbox plan results/demo/
     | run | stage | reason |
@@ -14,6 +15,7 @@ asks Snakemake's dry run, which is now exact, and prints its jobs with Snakemake
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -89,19 +91,48 @@ def target_runs(targets: list[str], runs: dict[str, dict]) -> list[str]:
     return sorted(needed)
 
 
+def _env() -> dict[str, str]:
+    """The environment of the Snakemake calls: this interpreter's folder first on the PATH, so that
+    the rules' ``toolbox`` and ``python`` are this installation's (``.venv/bin/toolbox plan``
+    works without activating the environment)."""
+    path = os.environ.get("PATH", "")
+    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}
+
+
+COMPOSING = ("defaults", "compose")  # the jobs that bring the composed configs up to date
+
+
 def plan(root: Path, targets: list[str], runs: list[str]) -> list[Job]:
-    """Bring every run's composed config up to date, then Snakemake's exact dry run of ``targets``."""
-    snakemake = _snakemake()
+    """Bring every run's composed config up to date, then Snakemake's exact dry run of ``targets``.
+    Where every composed config exists, the dry run comes first: when it lists no compose job, it is
+    exact already (one Snakemake call instead of two)."""
     configs = [f"work/{run}/config/full.yaml" for run in runs]
+    if all((root / c).is_file() for c in configs):
+        jobs = _dry_run(root, targets)
+        if not any(j.stage in COMPOSING for j in jobs):
+            return jobs
     composed = subprocess.run(
-        [snakemake, "-c1", *configs, "--quiet", "all"], cwd=root, capture_output=True, text=True
+        [_snakemake(), "-c1", *configs, "--quiet", "all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=_env(),
     )
     if composed.returncode != 0:
-        raise ToolboxError(f"toolbox plan: composing the runs failed:\n{composed.stderr[-3000:]}")
-    dry = subprocess.run([snakemake, "-n", *targets], cwd=root, capture_output=True, text=True)
+        raise ToolboxError(f"toolbox plan: composing the runs failed:\n{_tail(composed)}")
+    return _dry_run(root, targets)
+
+
+def _dry_run(root: Path, targets: list[str]) -> list[Job]:
+    dry = subprocess.run([_snakemake(), "-n", *targets], cwd=root, capture_output=True, text=True, env=_env())
     if dry.returncode != 0:
-        raise ToolboxError(f"toolbox plan: snakemake -n failed:\n{dry.stderr[-3000:]}")
+        raise ToolboxError(f"toolbox plan: snakemake -n failed:\n{_tail(dry)}")
     return parse_dry_run(dry.stdout + "\n" + dry.stderr)
+
+
+def _tail(done: subprocess.CompletedProcess) -> str:
+    """The end of what a failed Snakemake call printed (its error goes to either stream)."""
+    return (done.stdout + "\n" + done.stderr).strip()[-3000:]
 
 
 def build_data(root: Path, runs: list[str]) -> None:
@@ -110,10 +141,14 @@ def build_data(root: Path, runs: list[str]) -> None:
         return
     targets = [f"work/{run}/data" for run in runs]
     done = subprocess.run(
-        [_snakemake(), "-c1", *targets, "--quiet", "all"], cwd=root, capture_output=True, text=True
+        [_snakemake(), "-c1", *targets, "--quiet", "all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=_env(),
     )
     if done.returncode != 0:
-        raise ToolboxError(f"toolbox plan --estimate: building the data failed:\n{done.stderr[-3000:]}")
+        raise ToolboxError(f"toolbox plan --estimate: building the data failed:\n{_tail(done)}")
 
 
 def markdown(jobs: list[Job]) -> str:
