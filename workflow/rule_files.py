@@ -5,6 +5,12 @@ Each stage becomes one Snakemake rule whose file shows its paths: ``input:``, ``
 command with ``{input.*}``, ``{output.*}`` and ``{params.*}`` in place of the template's names. What
 depends on the run's entry (its overrides, its ``expect:``, the model of ``init_from``) comes from
 the helpers of ``common.smk`` (``after_compose``, ``run_inputs``, ``run_value``), named in the rule.
+
+No rule has a ``message:``: Snakemake then prints ``Job N: <message>`` instead of the job's block
+(``rule <name>:``, its paths, the reason it runs), and its failed-job report keeps printing
+``message: None`` anyway (that line shows the executor's message, which the local executor never
+sets). A failing stage's explanation reaches the terminal from its shell command instead (the log
+is printed to stderr when the command fails).
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ def test_every_command_skips_a_malformed_record_with_a_warning(bad_jsonl, tmp_pa
     assert code == 0
     assert "skipped 1 record(s): missing field name" in caplog.text
     assert "skipped 2 record(s): field start_time: not a number" in caplog.text
+    assert "skipped 1 score(s): not JSON (a cut line)" in caplog.text  # dropped silently before
     if command[1] == "stats":
         stats = json.loads(out)
         assert stats["records"] == 24 and stats["traces"] == 6

@@ -35,6 +35,15 @@ def test_every_rule_file_shows_its_rules_paths() -> None:
         assert shell.startswith(("( toolbox ", "( python ", "( mkdir ")) and "params.cmd" not in shell
 
 
+def test_no_rule_has_a_message_so_each_job_shows_its_name_and_paths() -> None:
+    """A ``message:`` replaces the job's ``rule <name>:`` block on the terminal (what a dry run shows
+    and ``Workflow.ran`` reads), and does not change the failed-job report's ``message: None``."""
+    for stage in stages.STAGES:
+        text = rule_files.rule_text(stage)
+        assert not re.search(r"^\s+message:", text, flags=re.M), stage.name
+        assert f"rule {stage.name}:" in text or f"checkpoint {stage.name}:" in text
+
+
 def test_a_stage_changed_without_regenerating_fails_the_check(workflow_copy: Workflow) -> None:
     ok = workflow_copy.run(sys.executable, "workflow/generate.py", "--check", check=False)
     assert ok.returncode == 0, ok.stderr

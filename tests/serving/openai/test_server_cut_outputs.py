@@ -26,27 +26,42 @@ KW = dict(
     messages=[{"role": "user", "content": "weather?"}],
     tools=[WEATHER],
     tool_choice="required",
-    max_tokens=16,  # "<tool_call>" is 11 characters: the call's JSON is cut
+    seed=0,
 )
+# cuts in the call's name (16: "<tool_call>" is 11 characters), in its arguments (52-120: before,
+# streamed replies ended "tool_calls" with arguments "" or "{"), and one long enough to finish it
+MAX_TOKENS = [16, 52, 80, 120, 200]
 
 
 def test_a_forced_call_cut_by_max_tokens_ends_length_streamed(client):
-    finish, arguments = None, ""
-    for chunk in client.chat.completions.create(**KW, stream=True):
-        for c in chunk.choices:
-            for d in c.delta.tool_calls or []:
-                arguments += d.function.arguments or ""
-            finish = c.finish_reason or finish
-    if finish != "length":
-        json.loads(arguments)
-    assert finish == "length", (finish, arguments)
+    finishes = []
+    for max_tokens in MAX_TOKENS:
+        finish, arguments = None, ""
+        for chunk in client.chat.completions.create(**KW, max_tokens=max_tokens, stream=True):
+            for c in chunk.choices:
+                for d in c.delta.tool_calls or []:
+                    arguments += d.function.arguments or ""
+                finish = c.finish_reason or finish
+        assert finish in ("length", "tool_calls"), (max_tokens, finish)
+        if finish == "tool_calls":
+            assert isinstance(json.loads(arguments), dict), (max_tokens, arguments)
+        finishes.append(finish)
+    assert finishes[0] == "length" and finishes.count("length") >= 3, finishes  # some cuts were made
 
 
 def test_a_forced_call_cut_by_max_tokens_ends_length_whole(client):
-    choice = client.chat.completions.create(**KW).choices[0]
-    assert choice.finish_reason == "length"
-    assert not choice.message.tool_calls
-    assert "<tool_call>" not in (choice.message.content or "")
+    finishes = []
+    for max_tokens in MAX_TOKENS:
+        choice = client.chat.completions.create(**KW, max_tokens=max_tokens).choices[0]
+        assert "<tool_call>" not in (choice.message.content or ""), (max_tokens, choice)
+        if choice.finish_reason == "length":
+            assert not choice.message.tool_calls, (max_tokens, choice)
+        else:
+            assert choice.finish_reason == "tool_calls", (max_tokens, choice)
+            for call in choice.message.tool_calls:
+                assert isinstance(json.loads(call.function.arguments), dict), (max_tokens, call)
+        finishes.append(choice.finish_reason)
+    assert finishes[0] == "length" and finishes.count("length") >= 3, finishes
 
 
 def test_json_object_is_valid_json_or_length(client):
