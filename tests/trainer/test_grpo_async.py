@@ -224,7 +224,7 @@ def test_sigkilled_async_run_resumes_bit_for_bit(grpo, tmp_path, staleness, corr
     steps = [*grpo, "trainer.max_steps=5", "trainer.save_every=2", f"trainer.max_staleness={staleness}",
              "trainer.ppo_epochs=2", "trainer.minibatch_size=8",
              f"trainer.importance_sampling_correction={str(correction).lower()}"]  # fmt: skip
-    full, full_m, _ = _fit([*steps, f"run_dir={tmp_path / 'full'}"])
+    full, full_m, full_r = _fit([*steps, f"run_dir={tmp_path / 'full'}"])
     run = [*steps, f"run_dir={tmp_path / 'killed'}"]
     script = tmp_path / "kill.py"
     script.write_text(KILL_SCRIPT)
@@ -237,6 +237,10 @@ def test_sigkilled_async_run_resumes_bit_for_bit(grpo, tmp_path, staleness, corr
     queued = state["extra"]["async"]["rounds"]
     assert [r.index for r in queued] == list(range(2, 2 + staleness))
     assert [r.version for r in queued] == [max(r - staleness, 0) for r in range(2, 2 + staleness)]
+    for rnd in queued:  # as the engine sampled them in the killed run, the same numbers as the full run's
+        assert torch.equal(rnd.rollout.completion_ids, full_r[rnd.index].completion_ids)
+        if correction:
+            assert torch.equal(rnd.rollout.sampling_logprobs, full_r[rnd.index].sampling_logprobs)
     resumed, resumed_m, _ = _fit([*run, "resume_from=auto"])
     assert resumed.trainer.step == 5 and len(resumed_m) == 3
     assert [m["loss"] for m in resumed_m] == [m["loss"] for m in full_m[2:]]
