@@ -170,9 +170,9 @@ class InferenceEngine(ABC):
         """Queue several ``(prompt, params)`` requests at once (thread-safe) where ``supports_submit``:
         one step of the engine sees them all, however the threads are scheduled, so the batch they
         run in, and the numbers its kernels compute (log-probs move with a batch's rows at the
-        float rounding), do not depend on thread timing. A trainer's round, whose sampling log-probs
-        must be a function of its seed and weights. Default: one :meth:`submit_request` each, for
-        an engine whose steps cannot see part of them; the torch engine overrides it."""
+        float rounding), do not depend on thread timing: a trainer's round needs it, its sampling
+        log-probs a function of its seeds and weights only. Default: one :meth:`submit_request`
+        each, for an engine whose steps cannot see part of them; the torch engine overrides it."""
         return [
             self.submit_request(prompt, params, stream=stream, queue_limit=queue_limit)
             for prompt, params in requests
