@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
 import torch
@@ -76,6 +77,29 @@ def test_one_turn_environment_is_the_grpo_round_bit_for_bit(tmp_path):
     assert metrics[0]["loss"] == metrics[1]["loss"] and metrics[0]["grad_norm"] == metrics[1]["grad_norm"]
     for (n, p), (_, q) in zip(grpo.model.named_parameters(), agent.model.named_parameters(), strict=True):
         assert torch.equal(p, q), n
+
+
+def test_a_waves_round_does_not_depend_on_when_its_requests_reach_the_engine(tmp_path, monkeypatch):
+    """A wave's requests join one engine step: were the engine thread to start the first before the
+    others arrive (a busy machine), the batch's rows, and so the sampling log-probs, would differ."""
+    parts = build([*SMALL, "data.dataset.name=prompt_only", "data.source.num_train=32", "trainer=agent_grpo",
+                   "trainer.env.name=_test_one_turn_digit", "++trainer.env.max_tokens=8",
+                   "trainer.max_reply_tokens=8", "trainer.temperature=1.5", f"run_dir={tmp_path}"])  # fmt: skip
+    trainer = parts.trainer
+    batch = trainer.loader.next_batch()
+    together = trainer.rollout(batch, round_index=0)
+    submit = trainer.runner.engine.batcher.submit
+
+    def slow_submit(*args, **kwargs):
+        handle = submit(*args, **kwargs)
+        time.sleep(0.05)  # the engine thread runs before the next request arrives
+        return handle
+
+    monkeypatch.setattr(trainer.runner.engine.batcher, "submit", slow_submit)
+    late = trainer.rollout(batch, round_index=0)
+    trainer.teardown()
+    assert torch.equal(together.completion_ids, late.completion_ids)
+    assert torch.equal(together.sampling_logprobs, late.sampling_logprobs)
 
 
 _answers = itertools.count()

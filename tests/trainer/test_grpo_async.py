@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -141,6 +142,31 @@ def test_importance_sampling_correction_logs_its_statistics(grpo, tmp_path):
     assert all(m["is/ratio_min"] <= m["is/ratio_mean"] <= m["is/ratio_max"] for m in stale)
 
 
+def test_a_rounds_sampling_logprobs_do_not_depend_on_when_its_requests_reach_the_engine(
+    grpo, tmp_path, monkeypatch
+):
+    """The cause of an IS-corrected resume off by ~1e-7: a round's requests submitted one by one, the
+    engine thread (woken by the first) could prefill and decode it alone while the producer thread
+    still submitted the rest; the batch's rows then differ, and with them the log-probs' rounding."""
+    parts = _build([*grpo, f"run_dir={tmp_path / 'run'}", "trainer.importance_sampling_correction=true"])
+    trainer = parts.trainer
+    batch = trainer.loader.next_batch()
+    together = trainer.rollout(batch, round_index=0)
+    submit = trainer.engine.batcher.submit
+
+    def slow_submit(*args, **kwargs):
+        handle = submit(*args, **kwargs)
+        time.sleep(0.05)  # a busy machine: the engine thread runs before the next request arrives
+        return handle
+
+    monkeypatch.setattr(trainer.engine.batcher, "submit", slow_submit)
+    late = trainer.rollout(batch, round_index=0)
+    trainer.teardown()
+    assert torch.equal(together.completion_ids, late.completion_ids)
+    assert together.sampling_logprobs is not None
+    assert torch.equal(together.sampling_logprobs, late.sampling_logprobs)
+
+
 def test_importance_sampling_at_a_temperature_needs_processed_logprobs(grpo, tmp_path):
     engine = "+engine={name: torch, max_batch_size: 16, logprobs_mode: raw}"
     with pytest.raises(ConfigError, match="engine.logprobs_mode=processed"):
@@ -191,14 +217,14 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("staleness", [1, 2])
-def test_sigkilled_async_run_resumes_bit_for_bit(grpo, tmp_path, staleness):
-    """Without the importance-sampling correction. With it the resume was bitwise when run alone,
-    but off by ~1e-6 in the loss under pytest-xdist at load ~15 (the engine's sampling log-probs,
-    which the correction reads, move with how its decode batches form): an open defect."""
+@pytest.mark.parametrize(("staleness", "correction"), [(1, False), (2, False), (1, True), (2, True)])
+def test_sigkilled_async_run_resumes_bit_for_bit(grpo, tmp_path, staleness, correction):
+    """With the importance-sampling correction too: the engine's sampling log-probs it reads must
+    not depend on when the producer thread's requests reach the engine thread."""
     steps = [*grpo, "trainer.max_steps=5", "trainer.save_every=2", f"trainer.max_staleness={staleness}",
-             "trainer.ppo_epochs=2", "trainer.minibatch_size=8"]  # fmt: skip
-    full, full_m, _ = _fit([*steps, f"run_dir={tmp_path / 'full'}"])
+             "trainer.ppo_epochs=2", "trainer.minibatch_size=8",
+             f"trainer.importance_sampling_correction={str(correction).lower()}"]  # fmt: skip
+    full, full_m, full_r = _fit([*steps, f"run_dir={tmp_path / 'full'}"])
     run = [*steps, f"run_dir={tmp_path / 'killed'}"]
     script = tmp_path / "kill.py"
     script.write_text(KILL_SCRIPT)
@@ -211,6 +237,10 @@ def test_sigkilled_async_run_resumes_bit_for_bit(grpo, tmp_path, staleness):
     queued = state["extra"]["async"]["rounds"]
     assert [r.index for r in queued] == list(range(2, 2 + staleness))
     assert [r.version for r in queued] == [max(r - staleness, 0) for r in range(2, 2 + staleness)]
+    for rnd in queued:  # as the engine sampled them in the killed run, the same numbers as the full run's
+        assert torch.equal(rnd.rollout.completion_ids, full_r[rnd.index].completion_ids)
+        if correction:
+            assert torch.equal(rnd.rollout.sampling_logprobs, full_r[rnd.index].sampling_logprobs)
     resumed, resumed_m, _ = _fit([*run, "resume_from=auto"])
     assert resumed.trainer.step == 5 and len(resumed_m) == 3
     assert [m["loss"] for m in resumed_m] == [m["loss"] for m in full_m[2:]]

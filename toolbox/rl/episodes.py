@@ -139,11 +139,12 @@ class EpisodeRunner:
         """``num_generations`` episodes of each task, in task order (a group's episodes together)."""
         params = replace(params, logprobs=True, n=1)
         episodes = [self._open(task, g, j) for g, task in enumerate(tasks) for j in range(num_generations)]
-        pending: list[tuple[Any, list[Episode]]] = []
+        asks = []
         for g in range(len(tasks)):  # turn 0: one request of n = G per task
             group = episodes[g * num_generations : (g + 1) * num_generations]
             first = replace(params, n=num_generations, seed=None if seed is None else seed + g)
-            pending.append((self._submit(group[0], first), group))
+            asks.append((group[0], first, group))
+        pending = self._submit(asks)
         while pending:
             ready, pending = self._wait(pending)
             asked = []
@@ -153,9 +154,10 @@ class EpisodeRunner:
                     self._advance(episode, completion)
                     if not episode.done:
                         asked.append(episode)
-            for episode in asked:
-                turn_seed = None if seed is None else self._seed(seed, episode, num_generations)
-                pending.append((self._submit(episode, replace(params, seed=turn_seed)), [episode]))
+            seeds = [None if seed is None else self._seed(seed, e, num_generations) for e in asked]
+            pending += self._submit(
+                [(e, replace(params, seed=s), [e]) for e, s in zip(asked, seeds, strict=True)]
+            )
         return episodes
 
     @staticmethod
@@ -186,12 +188,20 @@ class EpisodeRunner:
             left = min(left, self.context - len(episode.prompt_ids) - len(episode.ids))
         return left
 
-    def _submit(self, episode: Episode, params: SamplingParams) -> Any:
-        params = replace(params, max_tokens=self._budget(episode))
-        episode.asked = time.time()
+    def _submit(
+        self, asks: list[tuple[Episode, SamplingParams, list[Episode]]]
+    ) -> list[tuple[Any, list[Episode]]]:
+        """The replies ``(episode, params, its group)`` asks for, all joining one step of the engine
+        (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing."""
+        requests = []
+        for episode, params, _ in asks:
+            episode.asked = time.time()
+            requests.append((episode.all_ids(), replace(params, max_tokens=self._budget(episode))))
         if self.engine.supports_submit:
-            return self.engine.submit_request(episode.all_ids(), params, stream=False, queue_limit=False)
-        return self.engine.generate([episode.all_ids()], params)[0]
+            handles = self.engine.submit_requests(requests, stream=False, queue_limit=False)
+        else:
+            handles = [self.engine.generate([ids], params)[0] for ids, params in requests]
+        return [(handle, group) for handle, (_, _, group) in zip(handles, asks, strict=True)]
 
     def _wait(self, pending: list[tuple[Any, list[Episode]]]) -> tuple[list, list]:
         if self.schedule == "waves" or not self.engine.supports_submit:

@@ -160,6 +160,24 @@ class InferenceEngine(ABC):
             f"{type(self).__name__} has no per-request submission (supports_submit is false); use generate"
         )
 
+    def submit_requests(
+        self,
+        requests: Sequence[tuple[str | Sequence[int], SamplingParams]],
+        *,
+        stream: bool = False,
+        queue_limit: bool = True,
+    ) -> list[RequestHandle]:
+        """Queue several ``(prompt, params)`` requests at once (thread-safe) where ``supports_submit``:
+        one step of the engine sees them all, however the threads are scheduled, so the batch they
+        run in, and the numbers its kernels compute (log-probs move with a batch's rows at the
+        float rounding), do not depend on thread timing: a trainer's round needs it, its sampling
+        log-probs a function of its seeds and weights only. Default: one :meth:`submit_request`
+        each, for an engine whose steps cannot see part of them; the torch engine overrides it."""
+        return [
+            self.submit_request(prompt, params, stream=stream, queue_limit=queue_limit)
+            for prompt, params in requests
+        ]
+
     def shares_model(self, model: Any) -> bool:
         """Whether the engine generates with ``model`` itself (then weights need no copying)."""
         return self.model is not None and self.model is model

@@ -277,13 +277,12 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         round_seed = self.round_seed(self.step if round_index is None else round_index, draw)
         with self.generation_mode():
             if self.seed_sampling and self.engine.supports_submit:
-                # one request per prompt, each with its own seed, all in the running batch at once
-                handles = [
-                    self.engine.submit_request(
-                        ids, replace(base, seed=round_seed + i), stream=False, queue_limit=False
-                    )
-                    for i, ids in enumerate(prompt_ids)
-                ]
+                # one request per prompt, each with its own seed, all joining the same engine step:
+                # submitted one by one, the engine thread could start the first before the others
+                # arrive, and the batch's rows (so the sampling log-probs, at the float rounding)
+                # would depend on thread timing, which an async run's resume cannot reproduce
+                requests = [(ids, replace(base, seed=round_seed + i)) for i, ids in enumerate(prompt_ids)]
+                handles = self.engine.submit_requests(requests, stream=False, queue_limit=False)
                 results = [h.result() for h in handles]
             else:
                 results = self.engine.generate(

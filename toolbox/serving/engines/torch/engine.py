@@ -223,6 +223,40 @@ class TorchEngine(InferenceEngine):
         """The interface's typed submission (see ``InferenceEngine.submit_request``): ``submit``."""
         return self.submit(prompt, params, request_id, stream, _bypass_queue_limit=not queue_limit)
 
+    def submit_requests(
+        self,
+        requests: Sequence[tuple[str | Sequence[int], SamplingParams]],
+        *,
+        stream: bool = False,
+        queue_limit: bool = True,
+    ) -> list[RequestHandle]:
+        """Queue them all while the scheduler cannot look at the queue: they join the same step (see
+        ``InferenceEngine.submit_requests``). Prompts and parameters are checked first (one grammar
+        matcher per parameters object, which the scheduler copies per completion); if the queue
+        refuses one, those queued before it are cancelled."""
+        matchers: dict[int, Any] = {}
+        prepared = []
+        for prompt, params in requests:
+            if id(params) not in matchers:
+                check_params([params], self.vocab_size)
+                structured = params.structured
+                matchers[id(params)] = self.grammars.matcher(structured) if structured is not None else None
+            prepared.append((self._check_prompt(self.encode_prompt(prompt)), params, matchers[id(params)]))
+        handles: list[RequestHandle] = []
+        try:
+            with self.batcher.together():  # one step sees them all, however the threads are scheduled
+                for ids, params, matcher in prepared:
+                    handles.append(
+                        self.batcher.submit(
+                            ids, params, None, stream, bypass_queue_limit=not queue_limit, matcher=matcher
+                        )
+                    )
+        except BaseException:
+            for h in handles:
+                h.cancel()
+            raise
+        return handles
+
     def abort(self, request_id: str) -> None:
         """Cancel a request by id (no-op if it already finished)."""
         self.batcher.abort(request_id)
@@ -231,18 +265,8 @@ class TorchEngine(InferenceEngine):
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> list[RequestOutput]:
         """Generate for every prompt (all are queued at once; the queue limit does not apply)."""
-        check_params([params], self.vocab_size)
-        ids = [self._check_prompt(self.encode_prompt(p)) for p in prompts]
-        matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
-        handles = []
+        handles = self.submit_requests([(p, params) for p in prompts], stream=False, queue_limit=False)
         try:
-            with self.batcher.together():  # one step sees them all, however the threads are scheduled
-                for p in ids:
-                    handles.append(
-                        self.batcher.submit(
-                            p, params, None, stream=False, bypass_queue_limit=True, matcher=matcher
-                        )
-                    )
             return [h.result() for h in handles]
         except BaseException:
             for h in handles:
