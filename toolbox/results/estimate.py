@@ -30,9 +30,11 @@ plus JOB_START_S (the job's own start before the command), rounded up to a minut
 ``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
 calibration is cached in ``work/<run>/estimate/train.json`` under a key of the stage's inputs (the
 train config's bytes and the data folder's files), so a second ``--estimate`` with the same inputs
-measures nothing. The file also holds the SHA-256 of the config slices measured (``slices``): the
-workflow's train rule asks SLURM for its ``runtime`` and ``mem_mb`` when the run's ``resources:`` do
-not set them and those slices are unchanged (workflow/estimated.py).
+measures nothing. The file also holds the SHA-256 of the config slices measured (``slices``) and of the composed
+config (``config``): the workflow's train rule asks SLURM for its ``runtime`` and ``mem_mb`` when the
+run's ``resources:`` do not set them and those slices are unchanged (workflow/estimated.py), and
+``launcher=slurm`` when its ``time_min`` / ``mem_gb`` are unset and its config is the one measured
+(toolbox/results/estimated_request.py).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from toolbox.core.errors import ToolboxError
+from toolbox.results.estimated_request import config_digest, estimate_file, slice_digests
 
 K1, K2 = 3, 13
 TIME_MARGIN = 0.5  # --time = predicted wall x 1.5 + JOB_START_S
@@ -214,13 +217,13 @@ def estimate_train(root: Path, run: str) -> Estimate:
         was_cached = False
     wall = cal.wall_s(steps, int(trainer.get("eval_every") or 0), int(trainer.get("save_every") or 0))
     est = Estimate(run, "train", wall, cal.peak_mb, steps, cal, was_cached)
-    if not was_cached:
-        _write_cache(cache, key, est)
+    # written on a cached estimate too: a record of an older format gains its config fingerprint
+    _write_cache(cache, key, est, composed_digest(config, data))
     return est
 
 
 def estimate_path(root: Path, run: str) -> Path:
-    return root / "work" / run / "estimate" / "train.json"
+    return estimate_file(root / "work" / run)
 
 
 def _read_cache(path: Path, key: str) -> Calibration | None:
@@ -233,20 +236,14 @@ def _read_cache(path: Path, key: str) -> Calibration | None:
     return Calibration(**data["calibration"])
 
 
-SLICES = ("train.yaml", "data.yaml")  # the config slices (work/<run>/config/) an estimate belongs to
-
-
-def _write_cache(path: Path, key: str, est: Estimate) -> None:
+def _write_cache(path: Path, key: str, est: Estimate, config: str | None) -> None:
+    """The record: the calibration under its inputs' key, the request, and what it applies to (the
+    config slices' and the composed config's fingerprints, toolbox/results/estimated_request.py)."""
     from toolbox.core.atomic import atomic_write_text
 
-    config = path.parent.parent / "config"
-    slices = {
-        name: hashlib.sha256((config / name).read_bytes()).hexdigest()
-        for name in SLICES
-        if (config / name).is_file()
-    }
     record = {
-        "key": key, "slices": slices, "run": est.run, "stage": est.stage, "steps": est.steps,
+        "key": key, "slices": slice_digests(path.parent.parent / "config"), "config": config,
+        "run": est.run, "stage": est.stage, "steps": est.steps,
         "wall_s": est.wall_s, "peak_mb": est.peak_mb, "slurm": est.slurm(),
         "margins": {"time": TIME_MARGIN, "job_start_s": JOB_START_S, "mem": MEM_MARGIN},
         "calibration": asdict(est.calibration),
@@ -254,12 +251,12 @@ def _write_cache(path: Path, key: str, est: Estimate) -> None:
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
-def read_request(root: Path, run: str) -> dict[str, int] | None:
-    """The SLURM request of the run's cached train estimate (``runtime``, ``mem_mb``), or None."""
-    try:
-        return json.loads(estimate_path(root, run).read_text())["slurm"]
-    except (OSError, ValueError, KeyError):
-        return None
+def composed_digest(config: Path, data: Path) -> str:
+    """The fingerprint of the config the train stage runs with (``--config`` and ``--data``): the
+    one ``launcher=slurm`` compares its own with."""
+    from toolbox.experiment import compose_run
+
+    return config_digest(compose_run([], config, data_dir=data))
 
 
 def markdown(estimates: list[Estimate]) -> str:
