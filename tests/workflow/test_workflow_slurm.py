@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from workflow_copy import REPO, TINY_RUN, copy_workflow, tiny_config, tool
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # about 2.5 min: every rule is a SLURM job
+# CI (`.ci/run`: -m "slurm and not slow") runs the two-node train stage and the estimated-limit job
+# (about 4 min each on the shared 2-core machine); the whole pipeline (about 6 min) is slow
+pytestmark = pytest.mark.slurm
 SCRIPT = REPO / "workflow" / "scripts" / "local_slurm.sh"
 
 
@@ -41,6 +43,7 @@ def cluster() -> None:
             pytest.skip(f"local SLURM cluster: {name} not on PATH")
 
 
+@pytest.mark.slow  # every rule of the tiny pipeline is a SLURM job
 def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
     cfg = tiny_config()
     entry = cfg["runs"][TINY_RUN]
