@@ -121,6 +121,15 @@ def test_a_train_job_given_its_estimated_limit_finishes_inside_it(cluster, tmp_p
     # composes the run, builds its data (here, not as jobs) and calibrates the train stage
     wf.run(tool("toolbox"), "plan", "--estimate", f"results/{TINY_RUN}/", timeout=900)
     request = json.loads((wf.root / "work" / TINY_RUN / "estimate" / "train.json").read_text())["slurm"]
+    # launcher=slurm, given the train stage's own config, finds the same request in that record
+    from toolbox.experiment import compose_run
+    from toolbox.results.estimated_request import request_for_config
+
+    run = wf.root / "work" / TINY_RUN
+    submitted = compose_run(
+        ["launcher.name=slurm"], run / "config" / "train.yaml", run_dir=run / "train", data_dir=run / "data"
+    )
+    assert request_for_config(submitted) == {k: request[k] for k in ("runtime", "mem_mb")}, request
 
     res = wf.snakemake("--profile", "slurm", f"work/{TINY_RUN}/train/model", timeout=900)
     out = res.stdout + res.stderr
