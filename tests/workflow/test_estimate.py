@@ -142,3 +142,17 @@ def test_plan_names_what_is_wrong_with_key_value_targets(tmp_path: Path, monkeyp
         assert main(list(argv)) != 0
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (argv, err)
+
+
+def test_the_step_cost_is_the_trainers_own_timing_of_the_later_steps(tmp_path: Path) -> None:
+    from toolbox.results.estimate import logged_step_s
+
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": i, "split": "train", "step_time": 0.5 if i <= 3 else 0.02} for i in range(1, 14)]
+    rows.append({"step": 13, "split": "eval", "loss": 1.0})
+    metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert abs(logged_step_s(metrics) - 0.02) < 1e-12  # steps 4..13: the first K1 left out
+    assert logged_step_s(tmp_path / "none.jsonl") is None
+    # 2 s of start-up jitter between A and B would make (B - A) / 10 = 0.2 s a step; the log says 0.02
+    cal = Calibration(a_s=10.0, b_s=12.0, c_s=11.0, d_s=11.0, peak_mb=1.0, took_s=1.0, b_step_s=0.02)
+    assert cal.step_s == 0.02 and abs(cal.wall_s(2500, 0, 0) - (10.0 - 3 * 0.02 + 2500 * 0.02)) < 1e-9

@@ -13,8 +13,10 @@ work/<run>/data``) runs four times, briefly, into a temporary folder:
 - C: ``K1`` steps with an eval after every step but the last, no checkpoint;
 - D: ``K1`` steps with a checkpoint after every step but the last, no eval.
 
-Startup, the final eval and the export are in all four. So a step costs
-``s = (B - A) / (K2 - K1)``, an eval ``e = (C - A) / (K1 - 1)``, a checkpoint
+Startup, the final eval and the export are in all four. So a step costs what the trainer itself
+timed for B's steps after the first ``K1`` (the mean ``step_time`` of its ``metrics.jsonl``; a
+trainer that logs none: ``s = (B - A) / (K2 - K1)``, which a process start's jitter of a few
+seconds swamps where a step takes milliseconds), an eval ``e = (C - A) / (K1 - 1)``, a checkpoint
 ``c = (D - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of ``N`` steps with an
 eval every ``E`` and a checkpoint every ``S`` steps takes
 ``F + N * s + (N - 1) // E * e + (N - 1) // S * c``. The peak memory is the largest resident set of
@@ -61,7 +63,7 @@ TIME_MARGIN = 0.5  # --time = predicted wall x 1.5 + JOB_START_S
 # tiny run's 1-minute request was used to the second (the local cluster's test job ran 60 s).
 JOB_START_S = 60
 MEM_MARGIN = 0.3  # --mem = peak x 1.3
-VERSION = 4  # bump when the calibration or the model changes: old cache entries are ignored
+VERSION = 5  # bump when the calibration or the model changes: old cache entries are ignored
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,12 @@ class Calibration:
     took_s: float
     eval_s: float | None = None  # the eval stage on A's model (None: the run has no eval slice)
     eval_peak_mb: float | None = None
+    b_step_s: float | None = None  # B's mean step_time after the first K1 steps (None: not logged)
 
     @property
     def step_s(self) -> float:
+        if self.b_step_s is not None:
+            return self.b_step_s
         return max((self.b_s - self.a_s) / (K2 - K1), 0.0)
 
     @property
@@ -174,8 +179,30 @@ def calibrate(config: Path, data: Path, work: Path, eval_config: Path | None = N
     return Calibration(
         a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0], d_s=measured["d"][0],
         peak_mb=max(m[1] for m in measured.values()), took_s=time.perf_counter() - t0,
-        eval_s=evaluated[0], eval_peak_mb=evaluated[1],
+        eval_s=evaluated[0], eval_peak_mb=evaluated[1], b_step_s=logged_step_s(work / "b" / "metrics.jsonl"),
     )  # fmt: skip
+
+
+def logged_step_s(metrics: Path) -> float | None:
+    """The mean ``step_time`` the trainer logged for its steps after the first ``K1`` (a run's
+    first steps carry one-off costs), or None where it logged none."""
+    times = []
+    try:
+        lines = metrics.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            row.get("split") == "train"
+            and int(row.get("step") or 0) > K1
+            and row.get("step_time") is not None
+        ):
+            times.append(float(row["step_time"]))
+    return sum(times) / len(times) if times else None
 
 
 def estimate_run(root: Path, run: str) -> list[Estimate]:
