@@ -9,6 +9,12 @@ A run without both files is listed as not measured, with the file it lacks.
 
     python benchmarks/estimate_accuracy.py --root . demo gcn_cora_s0 [--note "load average 9"]
 
+An experiment estimated with ``toolbox plan --estimate experiment=NAME`` has no Snakemake train job:
+``--measure NAME`` runs its train command (``toolbox train --config work/NAME/config/train.yaml
+--data work/NAME/data --out work/NAME/train``) once, its wall time and peak resident set taken as
+the calibration takes them (``wait4`` of the process tree), and writes them to
+``work/NAME/benchmarks/train.tsv`` (columns ``s``, ``max_rss``, ``measured_by``).
+
 The bounds are the issue's: wall time within +-25 %, peak memory within +-20 %. Timings from a
 shared machine carry its load: ``--note`` says what it was.
 """
@@ -57,6 +63,28 @@ def row(root: Path, run: str) -> str:
     )
 
 
+def measure(root: Path, run: str) -> dict[str, float]:
+    """Train ``run`` once from its config slice and data (see the module doc); the measurement."""
+    import shutil
+
+    sys.path.insert(0, str(REPO))
+    from toolbox.results.estimate import _timed, _toolbox
+
+    work = root / "work" / run
+    out = work / "train"
+    shutil.rmtree(out, ignore_errors=True)
+    (work / "benchmarks").mkdir(parents=True, exist_ok=True)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    cmd = [*_toolbox(), "train", "--config", str(work / "config" / "train.yaml"),
+           "--data", str(work / "data"), "--out", str(out)]  # fmt: skip
+    wall, peak = _timed(cmd, work / "logs" / "train.log")
+    tsv = work / "benchmarks" / "train.tsv"
+    tmp = tsv.with_name(f".{tsv.name}.tmp")
+    tmp.write_text(f"s\tmax_rss\tmeasured_by\n{wall:.2f}\t{peak:.2f}\twait4\n")
+    tmp.replace(tsv)
+    return {"wall_s": wall, "peak_mb": peak}
+
+
 def table(root: Path, runs: list[str], note: str) -> str:
     lines = [
         f"Train stage, predicted by `toolbox plan --estimate` vs measured by Snakemake's benchmark "
@@ -84,12 +112,18 @@ def replace_between_markers(doc: Path, body: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+")
+    p.add_argument("runs", nargs="*")
+    p.add_argument("--measure", metavar="RUN", help="train this estimated experiment once and record it")
     p.add_argument("--root", default=".", help="the workflow folder whose work/ holds the runs")
     p.add_argument("--doc", default=str(REPO / "docs" / "workflow.md"))
     p.add_argument("--note", default="", help="how the numbers were taken (machine, load)")
     p.add_argument("--print", action="store_true", help="print the table instead of writing --doc")
     args = p.parse_args(argv)
+    if args.measure:
+        print(json.dumps({"run": args.measure, **measure(Path(args.root), args.measure)}))
+        return 0
+    if not args.runs:
+        p.error("name the runs of the table (or --measure RUN)")
     body = table(Path(args.root), args.runs, args.note)
     if args.print:
         sys.stdout.write(body)

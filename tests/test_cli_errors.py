@@ -63,7 +63,7 @@ CASES = [
     (
         "slurm_time_zero",
         ["launcher=slurm", "launcher.time_min=0"],
-        "launcher.time_min: expected int >= 1, got 0",
+        "launcher.time_min: expected int >= 1 | None, got 0",
     ),
     (
         "srun_nodes_zero",

@@ -6,35 +6,24 @@
 the SHA-256 of the config slices it was measured with. The train rule asks for that ``runtime`` and
 ``mem_mb`` when the run's ``resources:`` leave them out; an estimate whose slices have changed since
 (another model, more steps, other data) is ignored, and the defaults apply until it is remade.
+When the estimate applies is toolbox/results/estimated_request.py's to say: ``launcher=slurm``
+reads the same file.
 
-Only the standard library: the Snakefile imports this module on every call.
+The Snakefile imports this module on every call: it and what it imports use only the standard
+library at import time.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
-ESTIMATED = ("runtime", "mem_mb")  # what the estimate measures; the rest of resources: is the run's
-
-
-def estimate_file(run_dir: Path) -> Path:
-    return run_dir / "estimate" / "train.json"
+from toolbox.results.estimated_request import request_for_run
 
 
 def estimated_request(run_dir: Path) -> dict[str, int]:
     """``runtime`` and ``mem_mb`` of the run's estimate while its slices are unchanged, else {}."""
-    try:
-        record = json.loads(estimate_file(run_dir).read_text())
-        slices, request = record["slices"], record["slurm"]
-        for name, digest in slices.items():
-            if hashlib.sha256((run_dir / "config" / name).read_bytes()).hexdigest() != digest:
-                return {}
-        return {key: int(request[key]) for key in ESTIMATED if key in request}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}  # no estimate, an unreadable one, or one of an older format: the defaults apply
+    return request_for_run(run_dir)
 
 
 def train_resources(entry: dict[str, Any], run_dir: Path, defaults: dict[str, Any]) -> dict[str, Any]:

@@ -55,3 +55,25 @@ def test_the_table_replaces_what_is_between_the_markers(tmp_path: Path) -> None:
     (tmp_path / "plain.md").write_text("no markers\n")
     with pytest.raises(SystemExit, match="has no marker lines"):
         estimate_accuracy.main(["--root", str(tmp_path), "--doc", str(tmp_path / "plain.md"), "good"])
+
+
+def test_measure_records_the_train_command_of_an_estimated_experiment(tmp_path: Path, monkeypatch) -> None:
+    import toolbox.results.estimate as estimate
+
+    ran = []
+
+    def timed(cmd, log):
+        ran.append(cmd)
+        return 100.0, 520.0
+
+    monkeypatch.setattr(estimate, "_timed", timed)
+    _run(tmp_path, "exp", wall_s=110, peak_mb=500, got_s=1, got_mb=1)
+    assert estimate_accuracy.main(["--root", str(tmp_path), "--measure", "exp"]) == 0
+    work = tmp_path / "work" / "exp"
+    assert ran[0][-6:] == ["--config", str(work / "config" / "train.yaml"), "--data", str(work / "data"),
+                           "--out", str(work / "train")]  # fmt: skip
+    assert (
+        work / "benchmarks" / "train.tsv"
+    ).read_text() == "s\tmax_rss\tmeasured_by\n100.00\t520.00\twait4\n"
+    row = estimate_accuracy.table(tmp_path, ["exp"], "").splitlines()[4]
+    assert row.startswith("| exp | 110 s | 100 s | +10% | 500 MB | 520 MB | -4% | within the bounds"), row

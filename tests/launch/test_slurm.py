@@ -166,3 +166,40 @@ def test_requeued_job_resumes_to_the_same_weights(how, tmp_path):
     log = Path(job.paths.stdout).read_text() + Path(job.paths.stderr).read_text()
     if how == "preempted":
         assert "Requeued job" in log
+
+
+def test_a_job_without_time_or_memory_asks_the_cluster_for_its_estimate(tmp_path):
+    # the run's estimate (toolbox plan --estimate) of this very config: --time=5 --mem=700M
+    from omegaconf import OmegaConf
+
+    from toolbox.experiment import compose_run
+    from toolbox.results.estimate import Calibration, Estimate, _write_cache, composed_digest
+
+    run = tmp_path / "work" / "r"
+    (run / "config").mkdir(parents=True)
+    (run / "data").mkdir()
+    composed = [o for o in SMALL if not o.startswith("launcher")]
+    OmegaConf.save(compose_run(["experiment=sft_arith", *composed]), run / "config" / "train.yaml")
+    cal = Calibration(a_s=10.0, b_s=20.0, c_s=11.0, d_s=16.0, peak_mb=500.0, took_s=57.0)
+    estimate = Estimate("r", "train", wall_s=125.0, peak_mb=500.0, steps=20, calibration=cal)
+    _write_cache(
+        run / "estimate" / "train.json",
+        "key",
+        estimate,
+        composed_digest(run / "config" / "train.yaml", run / "data"),
+    )
+    proc = subprocess.run(
+        [*TOOLBOX, "launch", "--config", "work/r/config/train.yaml", "--data", "work/r/data",
+         "--out", "work/r/train", "launcher.name=slurm"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_id = json.loads(proc.stdout.strip().splitlines()[-1])["job_id"]
+    try:
+        shown = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        subprocess.run(["scancel", job_id], check=False)  # the request is what is checked, not the run
+    assert " TimeLimit=00:05:00 " in shown, shown
+    assert "MinMemoryNode=700M" in shown, shown

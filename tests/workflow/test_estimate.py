@@ -98,3 +98,61 @@ def test_plan_estimate_calibrates_caches_and_the_run_fits_its_request(tmp_path: 
     actual = float(next(csv.DictReader(bench.open(), delimiter="\t"))["s"])
     assert actual < record["slurm"]["runtime"] * 60, (actual, record)
     assert Path(workflow_copy.root / "work" / TINY_RUN / "train" / "model").is_dir()
+
+
+TINY_EXPERIMENT = [
+    "experiment=sft_arith", "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2",
+    "model.intermediate_size=128", "data.source.num_train=64", "data.source.num_test=8",
+    "trainer.max_steps=20", "scheduler.warmup_steps=2", "device=cpu", "callbacks=none",
+]  # fmt: skip
+
+
+def test_plan_estimate_of_an_experiment_that_is_no_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``experiment=NAME KEY=VALUE ...`` (no config/config.yaml needed): laid out as a run under
+    work/NAME, calibrated, cached; launcher=slurm on that config finds the same request."""
+    from toolbox.cli import main
+    from toolbox.experiment import compose_run
+    from toolbox.results.estimated_request import request_for_config
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--estimate", *TINY_EXPERIMENT]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| sft_arith | train |")]
+    assert len(rows) == 1 and "--time=" in rows[0] and "measured" in rows[0], rows
+    run = tmp_path / "work" / "sft_arith"
+    record = json.loads((run / "estimate" / "train.json").read_text())
+    assert record["steps"] == 20 and record["peak_mb"] > 100 and (run / "data" / "train.jsonl").is_file()
+    assert main(["plan", "--estimate", *TINY_EXPERIMENT]) == 0
+    assert "| cached |" in capsys.readouterr().out
+    cfg = compose_run(["launcher.name=slurm"], run / "config" / "train.yaml", data_dir="work/sft_arith/data")
+    assert request_for_config(cfg) == record["slurm"]
+
+
+def test_plan_names_what_is_wrong_with_key_value_targets(tmp_path: Path, monkeypatch, capsys) -> None:
+    from toolbox.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("runs:\n  demo: {experiment: demo}\n")
+    cases = {
+        ("plan", "--estimate", "trainer.max_steps=5"): "no experiment=NAME names the experiment",
+        ("plan", "experiment=dpo_arith"): "which only --estimate measures",
+        ("plan", "--estimate", "experiment=demo"): "has a run named demo; estimate that run with",
+    }
+    for argv, message in cases.items():
+        assert main(list(argv)) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+
+
+def test_the_step_cost_is_the_trainers_own_timing_of_the_later_steps(tmp_path: Path) -> None:
+    from toolbox.results.estimate import logged_step_s
+
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": i, "split": "train", "step_time": 0.5 if i <= 3 else 0.02} for i in range(1, 14)]
+    rows.append({"step": 13, "split": "eval", "loss": 1.0})
+    metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert abs(logged_step_s(metrics) - 0.02) < 1e-12  # steps 4..13: the first K1 left out
+    assert logged_step_s(tmp_path / "none.jsonl") is None
+    # 2 s of start-up jitter between A and B would make (B - A) / 10 = 0.2 s a step; the log says 0.02
+    cal = Calibration(a_s=10.0, b_s=12.0, c_s=11.0, d_s=11.0, peak_mb=1.0, took_s=1.0, b_step_s=0.02)
+    assert cal.step_s == 0.02 and abs(cal.wall_s(2500, 0, 0) - (10.0 - 3 * 0.02 + 2500 * 0.02)) < 1e-9

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from workflow_copy import REPO, TINY_RUN, copy_workflow, tiny_config, tool
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # about 2.5 min: every rule is a SLURM job
+# CI (`.ci/run`: -m "slurm and not slow") runs the two-node train stage and the estimated-limit job
+# (about 4 min each on the shared 2-core machine); the whole pipeline (about 6 min) is slow
+pytestmark = pytest.mark.slurm
 SCRIPT = REPO / "workflow" / "scripts" / "local_slurm.sh"
 
 
@@ -41,6 +43,7 @@ def cluster() -> None:
             pytest.skip(f"local SLURM cluster: {name} not on PATH")
 
 
+@pytest.mark.slow  # every rule of the tiny pipeline is a SLURM job
 def test_tiny_pipeline_through_the_slurm_profile(cluster, tmp_path: Path) -> None:
     cfg = tiny_config()
     entry = cfg["runs"][TINY_RUN]
@@ -118,6 +121,15 @@ def test_a_train_job_given_its_estimated_limit_finishes_inside_it(cluster, tmp_p
     # composes the run, builds its data (here, not as jobs) and calibrates the train stage
     wf.run(tool("toolbox"), "plan", "--estimate", f"results/{TINY_RUN}/", timeout=900)
     request = json.loads((wf.root / "work" / TINY_RUN / "estimate" / "train.json").read_text())["slurm"]
+    # launcher=slurm, given the train stage's own config, finds the same request in that record
+    from toolbox.experiment import compose_run
+    from toolbox.results.estimated_request import request_for_config
+
+    run = wf.root / "work" / TINY_RUN
+    submitted = compose_run(
+        ["launcher.name=slurm"], run / "config" / "train.yaml", run_dir=run / "train", data_dir=run / "data"
+    )
+    assert request_for_config(submitted) == {k: request[k] for k in ("runtime", "mem_mb")}, request
 
     res = wf.snakemake("--profile", "slurm", f"work/{TINY_RUN}/train/model", timeout=900)
     out = res.stdout + res.stderr

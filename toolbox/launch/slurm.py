@@ -40,6 +40,7 @@ from toolbox.launch import LaunchError
 from toolbox.launch.torchrun import LAUNCH_DIR, write_launch_config
 
 MODES = ("torchrun", "tasks")
+DEFAULT_TIME_MIN = 60  # the time limit of a job without launcher.time_min and without an estimate
 
 
 class SlurmTrainJob:
@@ -114,12 +115,12 @@ class SlurmLauncher:
 
     Args:
         partition: SLURM partition (null: the cluster's default).
-        time_min: wall-clock limit of the job in minutes.
+        time_min: wall-clock limit of the job in minutes (null: the matching `toolbox plan --estimate`, else 60).
         nodes: number of nodes.
         nproc: training processes per node (one per GPU).
         mode: torchrun (one task per node running torchrun) or tasks (one SLURM task per process).
         cpus_per_task: CPUs of each task (with mode=torchrun one task holds all of a node's workers).
-        mem_gb: memory per node in GB.
+        mem_gb: memory per node in GB (null: the matching `toolbox plan --estimate`, else the cluster default).
         gpus_per_node: GPUs per node (0 on CPU clusters).
         account: SLURM account to charge.
         qos: quality of service.
@@ -133,12 +134,17 @@ class SlurmLauncher:
         cluster: slurm, or local / debug to run the same job through submitit without a cluster.
         folder: where submitit keeps job files and logs, relative to run_dir.
         poll_s: seconds between checks while waiting for the job.
+
+    Where ``time_min`` or ``mem_gb`` is unset and ``toolbox plan --estimate`` measured this very
+    config (``--config work/<run>/config/train.yaml --data work/<run>/data``: the estimate
+    ``work/<run>/estimate/train.json``), the job asks for the estimate's ``--time`` and ``--mem``,
+    margins included, as the workflow's SLURM profile does (toolbox/results/estimated_request.py).
     """
 
     def __init__(
         self,
         partition: str | None = None,
-        time_min: AtLeastOne = 60,
+        time_min: AtLeastOne | None = None,
         nodes: AtLeastOne = 1,
         nproc: AtLeastOne = 1,
         mode: str = "torchrun",
@@ -188,7 +194,46 @@ class SlurmLauncher:
         self.poll_s = poll_s
 
     # submitting -----------------------------------------------------------------------------------
+    def request(self, cfg: DictConfig) -> tuple[int, float | None]:
+        """The job's time limit (minutes) and memory (GB, None: the cluster's default): the ones set,
+        else the matching estimate's, else 60 minutes and the cluster's default."""
+        from toolbox.results.estimated_request import request_for_config
+
+        estimated = {} if self.time_min is not None and self.mem_gb is not None else request_for_config(cfg)
+        time_min = self.time_min if self.time_min is not None else estimated.get("runtime", DEFAULT_TIME_MIN)
+        mem_gb = self.mem_gb
+        if mem_gb is None and "mem_mb" in estimated:
+            mem_gb = estimated["mem_mb"] / 1024  # submitit writes --mem=<mem_gb x 1024>MB: the MB asked
+        return time_min, mem_gb
+
+    def parameters(self, cfg: DictConfig) -> dict[str, Any]:
+        """What the submitit executor is given for ``cfg`` (the sbatch options)."""
+        time_min, mem_gb = self.request(cfg)
+        params: dict[str, Any] = {
+            "name": self.job_name or str(cfg.get("run_name", "toolbox")),
+            "timeout_min": time_min,
+            "nodes": self.nodes,
+            "tasks_per_node": self.nproc if self.mode == "tasks" else 1,
+            "slurm_signal_delay_s": self.signal_delay_s,
+        }
+        optional = {
+            "cpus_per_task": self.cpus_per_task,
+            "mem_gb": mem_gb,
+            "gpus_per_node": self.gpus_per_node or None,
+            "slurm_partition": self.partition,
+            "slurm_account": self.account,
+            "slurm_qos": self.qos,
+            "slurm_constraint": self.constraint,
+            "slurm_setup": self.setup or None,
+            "slurm_additional_parameters": self.additional or None,
+        }
+        params.update({k: v for k, v in optional.items() if v is not None})
+        if self.cluster != "slurm":  # the local executor knows none of the slurm_ options
+            params = {k: v for k, v in params.items() if not k.startswith("slurm_") and k != "nodes"}
+        return params
+
     def executor(self, cfg: DictConfig):
+        params = self.parameters(cfg)  # before submitit: a bad request fails before a folder is made
         try:
             import submitit
         except ImportError:
@@ -207,27 +252,6 @@ class SlurmLauncher:
             raise LaunchError(
                 f"launcher=slurm: no SLURM client here (srun and sbatch not found). {NO_CLUSTER_HINT}"
             ) from None
-        params: dict[str, Any] = {
-            "name": self.job_name or str(cfg.get("run_name", "toolbox")),
-            "timeout_min": self.time_min,
-            "nodes": self.nodes,
-            "tasks_per_node": self.nproc if self.mode == "tasks" else 1,
-            "slurm_signal_delay_s": self.signal_delay_s,
-        }
-        optional = {
-            "cpus_per_task": self.cpus_per_task,
-            "mem_gb": self.mem_gb,
-            "gpus_per_node": self.gpus_per_node or None,
-            "slurm_partition": self.partition,
-            "slurm_account": self.account,
-            "slurm_qos": self.qos,
-            "slurm_constraint": self.constraint,
-            "slurm_setup": self.setup or None,
-            "slurm_additional_parameters": self.additional or None,
-        }
-        params.update({k: v for k, v in optional.items() if v is not None})
-        if self.cluster != "slurm":  # the local executor knows none of the slurm_ options
-            params = {k: v for k, v in params.items() if not k.startswith("slurm_") and k != "nodes"}
         executor.update_parameters(**params)
         return executor
 

@@ -163,26 +163,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import yaml
 
     from toolbox.core.errors import ConfigError
+    from toolbox.results.estimate_experiment import split_targets
     from toolbox.results.plan import markdown, plan, target_runs
 
     root = Path(args.root)
     config = root / "config" / "config.yaml"
-    if not config.is_file():
+    targets, experiment = split_targets(args.targets)
+    if experiment and not args.estimate:
+        raise ConfigError(
+            f"toolbox plan: {experiment[0]!r} names an experiment, which only --estimate measures "
+            "(`toolbox plan --estimate experiment=NAME`); the plan itself is of the workflow's runs."
+        )
+    if not config.is_file() and not (experiment and not targets):
         raise ConfigError(
             f"toolbox plan: {config} does not exist; run it from the workflow's folder (--root)."
         )
-    # compose only the runs the targets need (a run and those it starts from), not all of them
-    runs = target_runs(args.targets, (yaml.safe_load(config.read_text()) or {}).get("runs") or {})
-    jobs = plan(root, args.targets, runs)
-    print(markdown(jobs), end="")
+    all_runs = ((yaml.safe_load(config.read_text()) or {}).get("runs") or {}) if config.is_file() else {}
+    train_runs: list[str] = []
+    if targets or not experiment:
+        # compose only the runs the targets need (a run and those it starts from), not all of them
+        jobs = plan(root, targets, target_runs(targets, all_runs))
+        print(markdown(jobs), end="")
+        train_runs = sorted({j.run for j in jobs if j.stage == "train" and j.run})
+        if args.estimate:
+            from toolbox.results.plan import build_data
+
+            build_data(root, [r for r in train_runs if any(j.stage == "data" and j.run == r for j in jobs)])
     if args.estimate:
         from toolbox.results.estimate import estimate_run
         from toolbox.results.estimate import markdown as estimate_table
-        from toolbox.results.plan import build_data
 
-        train_runs = sorted({j.run for j in jobs if j.stage == "train" and j.run})
-        build_data(root, [r for r in train_runs if any(j.stage == "data" and j.run == r for j in jobs)])
-        print()
+        if experiment:
+            from toolbox.results.estimate_experiment import prepare
+
+            train_runs.append(prepare(root, experiment, all_runs))
+        if targets or not experiment:
+            print()
         print(estimate_table([e for run in train_runs for e in estimate_run(root, run)]), end="")
     return 0
 
@@ -276,7 +292,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="what `snakemake` will recompute, per stage and run, and why (exact, unlike snakemake -n)",
     )
-    p.add_argument("targets", nargs="*", help="Snakemake targets (default: the default target)")
+    p.add_argument(
+        "targets", nargs="*",
+        help="Snakemake targets (default: the default target); with --estimate also experiment=NAME "
+        "[KEY=VALUE ...], an experiment that is not a run of config/config.yaml (work/NAME/)",
+    )  # fmt: skip
     p.add_argument("--root", default=".", help="the workflow's folder (default: here)")
     p.add_argument(
         "--estimate", action="store_true",

@@ -13,8 +13,10 @@ work/<run>/data``) runs four times, briefly, into a temporary folder:
 - C: ``K1`` steps with an eval after every step but the last, no checkpoint;
 - D: ``K1`` steps with a checkpoint after every step but the last, no eval.
 
-Startup, the final eval and the export are in all four. So a step costs
-``s = (B - A) / (K2 - K1)``, an eval ``e = (C - A) / (K1 - 1)``, a checkpoint
+Startup, the final eval and the export are in all four. So a step costs what the trainer itself
+timed for B's steps after the first ``K1`` (the mean ``step_time`` of its ``metrics.jsonl``; a
+trainer that logs none: ``s = (B - A) / (K2 - K1)``, which a process start's jitter of a few
+seconds swamps where a step takes milliseconds), an eval ``e = (C - A) / (K1 - 1)``, a checkpoint
 ``c = (D - A) / (K1 - 1)``, the fixed part ``F = A - K1 * s``, and a run of ``N`` steps with an
 eval every ``E`` and a checkpoint every ``S`` steps takes
 ``F + N * s + (N - 1) // E * e + (N - 1) // S * c``. The peak memory is the largest resident set of
@@ -30,9 +32,11 @@ plus JOB_START_S (the job's own start before the command), rounded up to a minut
 ``--mem`` = the peak x (1 + MEM_MARGIN), rounded up to 100 MB. The
 calibration is cached in ``work/<run>/estimate/train.json`` under a key of the stage's inputs (the
 train config's bytes and the data folder's files), so a second ``--estimate`` with the same inputs
-measures nothing. The file also holds the SHA-256 of the config slices measured (``slices``): the
-workflow's train rule asks SLURM for its ``runtime`` and ``mem_mb`` when the run's ``resources:`` do
-not set them and those slices are unchanged (workflow/estimated.py).
+measures nothing. The file also holds the SHA-256 of the config slices measured (``slices``) and of the composed
+config (``config``): the workflow's train rule asks SLURM for its ``runtime`` and ``mem_mb`` when the
+run's ``resources:`` do not set them and those slices are unchanged (workflow/estimated.py), and
+``launcher=slurm`` when its ``time_min`` / ``mem_gb`` are unset and its config is the one measured
+(toolbox/results/estimated_request.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from toolbox.core.errors import ToolboxError
+from toolbox.results.estimated_request import config_digest, estimate_file, slice_digests
 
 K1, K2 = 3, 13
 TIME_MARGIN = 0.5  # --time = predicted wall x 1.5 + JOB_START_S
@@ -58,7 +63,7 @@ TIME_MARGIN = 0.5  # --time = predicted wall x 1.5 + JOB_START_S
 # tiny run's 1-minute request was used to the second (the local cluster's test job ran 60 s).
 JOB_START_S = 60
 MEM_MARGIN = 0.3  # --mem = peak x 1.3
-VERSION = 4  # bump when the calibration or the model changes: old cache entries are ignored
+VERSION = 5  # bump when the calibration or the model changes: old cache entries are ignored
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,12 @@ class Calibration:
     took_s: float
     eval_s: float | None = None  # the eval stage on A's model (None: the run has no eval slice)
     eval_peak_mb: float | None = None
+    b_step_s: float | None = None  # B's mean step_time after the first K1 steps (None: not logged)
 
     @property
     def step_s(self) -> float:
+        if self.b_step_s is not None:
+            return self.b_step_s
         return max((self.b_s - self.a_s) / (K2 - K1), 0.0)
 
     @property
@@ -171,8 +179,30 @@ def calibrate(config: Path, data: Path, work: Path, eval_config: Path | None = N
     return Calibration(
         a_s=measured["a"][0], b_s=measured["b"][0], c_s=measured["c"][0], d_s=measured["d"][0],
         peak_mb=max(m[1] for m in measured.values()), took_s=time.perf_counter() - t0,
-        eval_s=evaluated[0], eval_peak_mb=evaluated[1],
+        eval_s=evaluated[0], eval_peak_mb=evaluated[1], b_step_s=logged_step_s(work / "b" / "metrics.jsonl"),
     )  # fmt: skip
+
+
+def logged_step_s(metrics: Path) -> float | None:
+    """The mean ``step_time`` the trainer logged for its steps after the first ``K1`` (a run's
+    first steps carry one-off costs), or None where it logged none."""
+    times = []
+    try:
+        lines = metrics.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            row.get("split") == "train"
+            and int(row.get("step") or 0) > K1
+            and row.get("step_time") is not None
+        ):
+            times.append(float(row["step_time"]))
+    return sum(times) / len(times) if times else None
 
 
 def estimate_run(root: Path, run: str) -> list[Estimate]:
@@ -214,13 +244,13 @@ def estimate_train(root: Path, run: str) -> Estimate:
         was_cached = False
     wall = cal.wall_s(steps, int(trainer.get("eval_every") or 0), int(trainer.get("save_every") or 0))
     est = Estimate(run, "train", wall, cal.peak_mb, steps, cal, was_cached)
-    if not was_cached:
-        _write_cache(cache, key, est)
+    # written on a cached estimate too: a record of an older format gains its config fingerprint
+    _write_cache(cache, key, est, composed_digest(config, data))
     return est
 
 
 def estimate_path(root: Path, run: str) -> Path:
-    return root / "work" / run / "estimate" / "train.json"
+    return estimate_file(root / "work" / run)
 
 
 def _read_cache(path: Path, key: str) -> Calibration | None:
@@ -233,20 +263,14 @@ def _read_cache(path: Path, key: str) -> Calibration | None:
     return Calibration(**data["calibration"])
 
 
-SLICES = ("train.yaml", "data.yaml")  # the config slices (work/<run>/config/) an estimate belongs to
-
-
-def _write_cache(path: Path, key: str, est: Estimate) -> None:
+def _write_cache(path: Path, key: str, est: Estimate, config: str | None) -> None:
+    """The record: the calibration under its inputs' key, the request, and what it applies to (the
+    config slices' and the composed config's fingerprints, toolbox/results/estimated_request.py)."""
     from toolbox.core.atomic import atomic_write_text
 
-    config = path.parent.parent / "config"
-    slices = {
-        name: hashlib.sha256((config / name).read_bytes()).hexdigest()
-        for name in SLICES
-        if (config / name).is_file()
-    }
     record = {
-        "key": key, "slices": slices, "run": est.run, "stage": est.stage, "steps": est.steps,
+        "key": key, "slices": slice_digests(path.parent.parent / "config"), "config": config,
+        "run": est.run, "stage": est.stage, "steps": est.steps,
         "wall_s": est.wall_s, "peak_mb": est.peak_mb, "slurm": est.slurm(),
         "margins": {"time": TIME_MARGIN, "job_start_s": JOB_START_S, "mem": MEM_MARGIN},
         "calibration": asdict(est.calibration),
@@ -254,12 +278,12 @@ def _write_cache(path: Path, key: str, est: Estimate) -> None:
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
-def read_request(root: Path, run: str) -> dict[str, int] | None:
-    """The SLURM request of the run's cached train estimate (``runtime``, ``mem_mb``), or None."""
-    try:
-        return json.loads(estimate_path(root, run).read_text())["slurm"]
-    except (OSError, ValueError, KeyError):
-        return None
+def composed_digest(config: Path, data: Path) -> str:
+    """The fingerprint of the config the train stage runs with (``--config`` and ``--data``): the
+    one ``launcher=slurm`` compares its own with."""
+    from toolbox.experiment import compose_run
+
+    return config_digest(compose_run([], config, data_dir=data))
 
 
 def markdown(estimates: list[Estimate]) -> str:
