@@ -8,24 +8,12 @@ import logging
 import pytest
 import torch
 
+from tests.trainer.grpo_setup import GRPO
 from toolbox.core.events import Event
 from toolbox.core.registries import REWARDS
 from toolbox.experiment import ExperimentBuilder, load_config
 
 torch.set_num_threads(1)
-
-GRPO = [
-    "trainer=grpo",
-    "objective=grpo",
-    "data.dataset.name=prompt_only",
-    "data.dataset.max_length=16",
-    "eval=none",
-    "trainer.prompts_per_step=4",
-    "trainer.num_generations=4",
-    "trainer.max_completion_length=4",
-    "trainer.eval_every=0",
-    "trainer.save_every=0",
-]
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 
+from tests.trainer.grpo_setup import GRPO as GRPO_BASE
 from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import REWARDS
@@ -22,16 +23,7 @@ from toolbox.experiment import ExperimentBuilder, load_config
 torch.set_num_threads(1)
 
 GRPO = [
-    "trainer=grpo",
-    "objective=grpo",
-    "data.dataset.name=prompt_only",
-    "data.dataset.max_length=16",
-    "eval=none",
-    "trainer.prompts_per_step=4",
-    "trainer.num_generations=4",
-    "trainer.max_completion_length=4",
-    "trainer.eval_every=0",
-    "trainer.save_every=0",
+    *GRPO_BASE,
     "optimizer.lr=1e-2",
     "scheduler.warmup_steps=0",
     "+trainer.rewards.digit={name: _test_async_first_digit, weight: 1.0}",

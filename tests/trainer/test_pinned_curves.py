@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.trainer.grpo_setup import GRPO as GRPO_BASE
 from toolbox.core.events import Event
 from toolbox.experiment import ExperimentBuilder, load_config
 
@@ -22,19 +23,7 @@ PREFERENCE = [
 ]
 PAIRS = ["data=arithmetic_pairs", *PREFERENCE]
 UNPAIRED = ["data=arithmetic_unpaired", *PREFERENCE, "objective=kto"]
-GRPO = [
-    "trainer=grpo",
-    "objective=grpo",
-    "data.dataset.name=prompt_only",
-    "data.dataset.max_length=16",
-    "eval=none",
-    "trainer.prompts_per_step=4",
-    "trainer.num_generations=4",
-    "trainer.max_completion_length=4",
-    "trainer.eval_every=0",
-    "trainer.save_every=0",
-    '+trainer.rewards.digit={name: format_regex, pattern: "[0-9].*", weight: 1.0}',
-]
+GRPO = [*GRPO_BASE, '+trainer.rewards.digit={name: format_regex, pattern: "[0-9].*", weight: 1.0}']
 
 # name -> (overrides, losses, grad norms) of steps 1..5
 PINNED = {
