@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.size == "85m":
         from harness.sizes import minilm_tokenizer
 
-        tokenizer = TOKENIZERS.build({"name": "pretrained", "path": minilm_tokenizer()})
+        tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": minilm_tokenizer()})
     else:
         tokenizer = TOKENIZERS.build(
             {"name": "char"}, corpus=["abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()"]

@@ -121,29 +121,32 @@ def test_built_in_registries_are_populated():
     assert "supervised" in TRAINERS.names()
 
 
-# Names that two registries share because they are the parts of one thing: a data pipeline's
-# dataset and collator (and its evaluator), a trainer and its objective, a model and its tokenizer.
-# This set only shrinks: a new name must be unique across every registry.
-SHARED_NAMES = {
-    "decision": {"collator", "dataset", "evaluator"},
-    "graph": {"collator", "evaluator"},
-    "grpo": {"objective", "trainer"},
-    "preference": {"collator", "dataset", "trainer"},
-    "pretrained": {"model", "tokenizer"},
-    "unpaired_preference": {"collator", "dataset"},
-}
+def shared_names(registries) -> dict[str, set[str]]:
+    """Each name that more than one of ``registries`` holds, with the kinds that hold it."""
+    kinds: dict[str, set[str]] = {}
+    for registry in registries:
+        for name, _ in registry:
+            kinds.setdefault(name, set()).add(registry.kind)
+    return {name: ks for name, ks in kinds.items() if len(ks) > 1}
 
 
-def test_names_are_unique_across_registries_but_the_listed_pairs():
+def test_names_are_unique_across_registries():
     import toolbox.core.registries  # noqa: F401  (every registry)
 
-    kinds: dict[str, set[str]] = {}
-    for kind, registry in Registry.all().items():
-        for name, _ in registry:
-            kinds.setdefault(name, set()).add(kind)
-    shared = {name: ks for name, ks in kinds.items() if len(ks) > 1}
-    assert shared == SHARED_NAMES
+    assert shared_names(Registry.all().values()) == {}
     assert "causal_lm" not in Registry.all()["model"] and "local" not in Registry.all()["source"]
+
+
+def test_a_name_in_two_registries_is_found():
+    first, second = Registry("names_test_a"), Registry("names_test_b")
+    try:
+        first.add("twin", lambda: None)
+        second.add("twin", lambda: None)
+        second.add("single", lambda: None)
+        assert shared_names([first, second]) == {"twin": {"names_test_a", "names_test_b"}}
+    finally:
+        Registry._all.pop("names_test_a", None)
+        Registry._all.pop("names_test_b", None)
 
 
 def test_a_renamed_component_names_its_new_name():
@@ -158,3 +161,44 @@ def test_a_renamed_component_names_its_new_name():
     )
     with pytest.raises(UnknownComponentError, match="write data.source.name=local_files"):
         SOURCES.validate({"name": "local", "path": "x"}, "data.source")
+
+
+# old name -> (registry, new name): the parts of one thing renamed so that no two registries share a name
+RENAMED_PARTS = {
+    ("collator", "decision"): "decision_batch",
+    ("collator", "graph"): "graph_batch",
+    ("collator", "preference"): "preference_pad",
+    ("collator", "unpaired_preference"): "unpaired_preference_pad",
+    ("dataset", "preference"): "preference_pairs",
+    ("evaluator", "decision"): "decision_metrics",
+    ("evaluator", "graph"): "graph_metrics",
+    ("objective", "grpo"): "clipped_policy",
+    ("tokenizer", "pretrained"): "hf_tokenizer",
+}
+
+
+@pytest.mark.parametrize(("kind", "old"), sorted(RENAMED_PARTS))
+def test_a_renamed_part_names_its_new_name(kind, old):
+    import toolbox.core.registries  # noqa: F401  (every registry)
+
+    registry, new = Registry.all()[kind], RENAMED_PARTS[(kind, old)]
+    assert new in registry and old not in registry
+    message = rf"^x\.{kind}\.name: {kind} '{old}' is now called '{new}' .*; write x\.{kind}\.name={new}\.$"
+    with pytest.raises(UnknownComponentError, match=message):
+        registry.get(old, path=f"x.{kind}.name")
+
+
+def test_a_config_with_an_old_part_name_is_told_the_field_to_write():
+    from toolbox.core.errors import UnknownComponentError
+    from toolbox.core.registries import COLLATORS, OBJECTIVES, TOKENIZERS
+
+    with pytest.raises(UnknownComponentError) as e:
+        COLLATORS.validate({"name": "preference"}, "data.collator")
+    assert str(e.value) == (
+        "data.collator.name: collator 'preference' is now called 'preference_pad' (names are unique across "
+        "registries); write data.collator.name=preference_pad."
+    )
+    with pytest.raises(UnknownComponentError, match=r"write objective.name=clipped_policy\.$"):
+        OBJECTIVES.validate({"name": "grpo", "loss_type": "grpo"}, "objective")
+    with pytest.raises(UnknownComponentError, match=r"write tokenizer.name=hf_tokenizer\.$"):
+        TOKENIZERS.build({"name": "pretrained", "path": "x"}, path="tokenizer")

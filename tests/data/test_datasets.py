@@ -92,7 +92,7 @@ def test_chat_matches_the_bpe_tokenization_of_the_whole_conversation(bpe_tok):
 
 
 def test_preference_pairs(char_tok):
-    factory = _factory(char_tok, "preference", max_length=9)
+    factory = _factory(char_tok, "preference_pairs", max_length=9)
     [ex] = factory([{"prompt": "1+2=", "chosen": "3", "rejected": "4", "answer": "3"}])
     eos = char_tok.eos_token_id
     assert ex["prompt_ids"] == [char_tok.bos_token_id, *_ids(char_tok, "1+2=")]

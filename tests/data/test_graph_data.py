@@ -122,7 +122,7 @@ def test_graphs_factory_applies_pyg_transforms_and_the_link_split() -> None:
 
 def test_graph_collator_keeps_one_graph_as_is_and_batches_many() -> None:
     graphs = SOURCES.build({"name": "sbm", "task": "graph", "num_graphs": 10, "block_size": 5}).train
-    collate = COLLATORS.build({"name": "graph"})
+    collate = COLLATORS.build({"name": "graph_batch"})
     one = collate(graphs[:1])
     assert one["x"] is graphs[0].x and "batch" not in one
     many = collate(graphs[:3])

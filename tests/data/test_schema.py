@@ -7,9 +7,9 @@ import pytest
 from toolbox.core.registries import COLLATORS, DATASETS, SOURCES, TOKENIZERS
 
 EXPECTED = {
-    TOKENIZERS: {"char", "bpe", "pretrained"},
+    TOKENIZERS: {"char", "bpe", "hf_tokenizer"},
     SOURCES: {"arithmetic", "local_files", "hub", "gsm8k"},
-    DATASETS: {"lm_text", "prompt_completion", "chat", "preference", "prompt_only"},
+    DATASETS: {"lm_text", "prompt_completion", "chat", "preference_pairs", "prompt_only"},
     COLLATORS: {"pad", "packing"},
 }
 

@@ -66,7 +66,7 @@ def test_save_and_reload_keep_everything(which, request, tmp_path):
     )
     assert again.apply_chat_template(CHAT, tokenize=False) == tok.apply_chat_template(CHAT, tokenize=False)
     # the pretrained tokenizer reads it back unchanged
-    loaded = TOKENIZERS.build({"name": "pretrained", "path": str(tmp_path)})
+    loaded = TOKENIZERS.build({"name": "hf_tokenizer", "path": str(tmp_path)})
     assert loaded(text)["input_ids"] == tok(text)["input_ids"] and loaded.pad_token == tok.pad_token
 
 
@@ -112,16 +112,16 @@ def test_pretrained_adds_a_pad_token_and_left_padding(tmp_path, char_tok):
     config["padding_side"] = "right"
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     assert AutoTokenizer.from_pretrained(tmp_path).pad_token is None
-    tok = TOKENIZERS.build({"name": "pretrained", "path": str(tmp_path), "model_max_length": 16})
+    tok = TOKENIZERS.build({"name": "hf_tokenizer", "path": str(tmp_path), "model_max_length": 16})
     assert tok.pad_token == tok.eos_token and tok.padding_side == "left" and tok.model_max_length == 16
 
 
 def test_pretrained_missing_folder_or_file_is_a_data_error(tmp_path):
     with pytest.raises(DataError, match="local directory"):
-        TOKENIZERS.build({"name": "pretrained", "path": str(tmp_path)})  # an empty folder
+        TOKENIZERS.build({"name": "hf_tokenizer", "path": str(tmp_path)})  # an empty folder
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(DataError, match="is a file"):
-        TOKENIZERS.build({"name": "pretrained", "path": str(tmp_path / "x.json")})
+        TOKENIZERS.build({"name": "hf_tokenizer", "path": str(tmp_path / "x.json")})
 
 
 def test_offline_hub_ids_fail_fast_with_the_fix(tmp_path):
@@ -130,7 +130,7 @@ def test_offline_hub_ids_fail_fast_with_the_fix(tmp_path):
         """
         from toolbox.core.errors import DataError
         from toolbox.core.registries import SOURCES, TOKENIZERS
-        for registry, spec in ((TOKENIZERS, {"name": "pretrained", "path": "nobody/no-such-tokenizer"}),
+        for registry, spec in ((TOKENIZERS, {"name": "hf_tokenizer", "path": "nobody/no-such-tokenizer"}),
                                (SOURCES, {"name": "hub", "path": "nobody/no-such-dataset"})):
             try:
                 registry.build(spec)

@@ -19,7 +19,7 @@ def _factory(tok, **settings):
 
 
 def _collator(tok, **settings):
-    return COLLATORS.build({"name": "unpaired_preference", **settings}, tokenizer=tok)
+    return COLLATORS.build({"name": "unpaired_preference_pad", **settings}, tokenizer=tok)
 
 
 def _ids(tok, text):
@@ -123,16 +123,16 @@ def test_batches_equal_trl_kto_data_preparation_and_collator(char_tok):
 
 
 def test_collator_errors_say_which_collator(char_tok):
-    pairs = DATASETS.build({"name": "preference"}, tokenizer=char_tok)(
+    pairs = DATASETS.build({"name": "preference_pairs"}, tokenizer=char_tok)(
         [{"prompt": "1+2=", "chosen": "3", "rejected": "4"}]
     )
     with pytest.raises(
-        DataError, match=r"example 0 has no completion_ids, label .*data.collator.name=preference"
+        DataError, match=r"example 0 has no completion_ids, label .*data.collator.name=preference_pad\."
     ):
         _collator(char_tok)(pairs)
     unpaired = _factory(char_tok)(RECORDS[:2])
-    with pytest.raises(DataError, match="data.collator.name=unpaired_preference"):
-        COLLATORS.build({"name": "preference"}, tokenizer=char_tok)(unpaired)
+    with pytest.raises(DataError, match=r"data.collator.name=unpaired_preference_pad\."):
+        COLLATORS.build({"name": "preference_pad"}, tokenizer=char_tok)(unpaired)
     with pytest.raises(DataError, match=r"example 1 has the label 1"):
         _collator(char_tok)([unpaired[0], {**unpaired[1], "label": 1}])
     with pytest.raises(DataError, match="empty batch"):

@@ -15,7 +15,7 @@ pytest.importorskip("torch_geometric")
 
 
 def node_batch():
-    return COLLATORS.build({"name": "graph"})(
+    return COLLATORS.build({"name": "graph_batch"})(
         SOURCES.build({"name": "sbm", "block_size": 20, "in_dim": 4}).train
     )
 
@@ -52,7 +52,7 @@ def test_node_classification_is_the_cross_entropy_of_the_masked_nodes() -> None:
 def test_link_prediction_scores_positives_and_fresh_negatives() -> None:
     graph = SOURCES.build({"name": "sbm", "block_size": 20, "in_dim": 4}).train
     data = DATASETS.build({"name": "graphs", "link_split": {"num_val": 0.1, "num_test": 0.1}})(graph)
-    batch, net = COLLATORS.build({"name": "graph"})(data), model("edge", hidden_dims=[8, 8])
+    batch, net = COLLATORS.build({"name": "graph_batch"})(data), model("edge", hidden_dims=[8, 8])
     obj = OBJECTIVES.build({"name": "link_prediction", "negatives": 2.0})
     positives = int(batch["train_label_mask"].sum())
     seed_everything(1)  # PyG's negative sampling draws from torch, numpy and random
@@ -72,7 +72,7 @@ def test_link_prediction_scores_positives_and_fresh_negatives() -> None:
 
 def test_graph_classification_scores_the_graphs_of_a_split() -> None:
     splits = SOURCES.build({"name": "sbm", "task": "graph", "num_graphs": 20, "block_size": 5, "in_dim": 4})
-    batch = COLLATORS.build({"name": "graph"})(list(splits.test))
+    batch = COLLATORS.build({"name": "graph_batch"})(list(splits.test))
     torch.manual_seed(0)
     net = MODELS.build({"name": "gnn", "task": "graph", "dropout": 0.0}, "model", in_dim=4, num_classes=2)
     obj = OBJECTIVES.build({"name": "graph_classification"})

@@ -74,7 +74,7 @@ def test_a_sampled_batch_is_the_seeds_two_hop_neighbourhood_and_scores_only_the_
     from torch_geometric.utils import k_hop_subgraph
 
     graph = node_graph()
-    batch = COLLATORS.build({"name": "graph"})([graph])
+    batch = COLLATORS.build({"name": "graph_batch"})([graph])
     sampling = ns.NeighborSampling([-1, -1], seed_nodes=6)
     torch.manual_seed(0)
     sub = sampling(batch)
@@ -120,7 +120,7 @@ def test_gcn_trains_on_sampled_mini_batches_and_evaluates_on_the_full_graph(stan
 def test_sampling_refuses_a_gcn_that_caches_its_adjacency(stand_in) -> None:
     from toolbox.core.registries import MODELS
 
-    batch = COLLATORS.build({"name": "graph"})([node_graph()])
+    batch = COLLATORS.build({"name": "graph_batch"})([node_graph()])
     conv = {"name": "graph_conv/gcn", "cached": True}
     model = MODELS.build({"name": "gnn", "conv": conv}, "model", in_dim=4, num_classes=3)
     objective = OBJECTIVES.build({"name": "node_classification", "num_neighbors": [3]})
@@ -131,7 +131,7 @@ def test_sampling_refuses_a_gcn_that_caches_its_adjacency(stand_in) -> None:
 @pytest.mark.skipif(not HAS_BACKEND, reason="neither pyg-lib nor torch-sparse is installed")
 def test_the_real_backend_samples_at_most_num_neighbors_per_node() -> None:
     graph = node_graph()
-    batch = COLLATORS.build({"name": "graph"})([graph])
+    batch = COLLATORS.build({"name": "graph_batch"})([graph])
     sub = ns.NeighborSampling([2], seed_nodes=4)(batch)
     dst = sub["edge_index"][1]
     assert int(torch.bincount(dst, minlength=4)[:4].max()) <= 2

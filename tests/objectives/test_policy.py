@@ -160,10 +160,10 @@ def test_entropy_bonus_is_subtracted_as_a_token_mean():
 
 
 def test_config_errors_and_family():
-    assert isinstance(OBJECTIVES.build({"name": "grpo"}), PolicyObjective)
+    assert isinstance(OBJECTIVES.build({"name": "clipped_policy"}), PolicyObjective)
     assert isinstance(OBJECTIVES.build({"name": "ppo"}), PolicyObjective)
     with pytest.raises(ConfigError, match="loss_type"):
-        OBJECTIVES.build({"name": "grpo", "loss_type": "nope"})
+        OBJECTIVES.build({"name": "clipped_policy", "loss_type": "nope"})
     with pytest.raises(ValueError, match="ref_logprobs"):
         logps, _, _, mask, adv, _ = _batch()
         ClippedPolicyLoss(beta=0.1)(PolicyBatch(logps, mask, adv))

@@ -181,25 +181,26 @@ def test_pair_objectives_on_unpaired_data_fail_fast(kto_overrides, objective):
 
 
 def test_mismatched_data_and_collator_and_batch_size_fail_fast(kto_overrides, tiny_overrides):
-    with pytest.raises(ConfigError, match="data.collator.name=unpaired_preference"):
-        _build([*kto_overrides, "data.collator.name=preference"])
+    with pytest.raises(ConfigError, match=r"data.collator.name=unpaired_preference_pad\b"):
+        _build([*kto_overrides, "data.collator.name=preference_pad"])
     with pytest.raises(ConfigError, match="data.dataset.name=unpaired_preference"):
         _build(
             [
                 *tiny_overrides,
                 "data=arithmetic_pairs",
                 *UNPAIRED[1:],
-                "data.collator.name=unpaired_preference",
+                "data.collator.name=unpaired_preference_pad",
             ]
         )
     with pytest.raises(ConfigError, match="trainer.batch_size: 1"):
         _build([*kto_overrides, "trainer.batch_size=1"])
-    with pytest.raises(ConfigError, match="unpaired_preference"):
+    with pytest.raises(ConfigError, match="unpaired_preference_pad"):
         _build([*kto_overrides, "data.collator.name=pad"])
 
 
 def test_kto_arith_experiment_composes():
     cfg = load_config(["experiment=kto_arith"])
     assert cfg.data.source.name == "arithmetic_unpaired" and cfg.objective.name == "kto"
-    assert cfg.data.dataset.name == "unpaired_preference" and cfg.data.collator.name == "unpaired_preference"
+    assert cfg.data.dataset.name == "unpaired_preference"
+    assert cfg.data.collator.name == "unpaired_preference_pad"
     assert cfg.eval.exact_match.reference_field == "reference"

@@ -161,7 +161,7 @@ def test_resume_continues_the_same_curve(pref_overrides, tmp_path):
 
 
 def test_wrong_collator_and_wrong_family_fail_fast(pref_overrides):
-    with pytest.raises(ConfigError, match="collator.name=preference"):
+    with pytest.raises(ConfigError, match=r"collator.name=preference_pad\b"):
         _build([*pref_overrides, "data.collator.name=pad"])
     with pytest.raises(ConfigError, match="preference objective"):
         _build([*pref_overrides, "objective=causal_lm"])

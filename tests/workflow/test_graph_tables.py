@@ -69,11 +69,11 @@ def test_skip_takes_only_optional_stages_and_rows_must_name_runs() -> None:
 def test_a_run_that_selects_on_validation_keeps_its_evaluators_in_the_train_slice() -> None:
     full = {
         "seed": 0,
-        "eval": {"graph": {"name": "graph"}},
+        "eval": {"graph": {"name": "graph_metrics"}},
         "callbacks": {"best_model": {"name": "best_model"}},
     }
     defaults = {"seed": 0, "eval": {"perplexity": {"name": "perplexity"}}, "callbacks": {}}
-    assert slice_config.slice_config(full, defaults, "train")["eval"] == {"graph": {"name": "graph"}}
+    assert slice_config.slice_config(full, defaults, "train")["eval"] == {"graph": {"name": "graph_metrics"}}
     plain = {**full, "callbacks": {}}
     assert slice_config.slice_config(plain, defaults, "train")["eval"] == defaults["eval"]
 

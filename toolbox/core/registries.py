@@ -14,12 +14,27 @@ MODELS = Registry(
 )
 LAYERS = Registry("layer", modules=("toolbox.nn.layers",))
 ADAPTERS = Registry("adapter", modules=("toolbox.nn.adapters",))
-TOKENIZERS = Registry("tokenizer", modules=("toolbox.data.tokenizers",))
+TOKENIZERS = Registry(
+    "tokenizer", modules=("toolbox.data.tokenizers",), renamed={"pretrained": "hf_tokenizer"}
+)
 SOURCES = Registry(
     "source", modules=("toolbox.data.sources", "toolbox.data.prepared"), renamed={"local": "local_files"}
 )
-DATASETS = Registry("dataset", modules=("toolbox.data.datasets", "toolbox.decision.data"))
-COLLATORS = Registry("collator", modules=("toolbox.data.collators", "toolbox.decision.data"))
+DATASETS = Registry(
+    "dataset",
+    modules=("toolbox.data.datasets", "toolbox.decision.data"),
+    renamed={"preference": "preference_pairs"},
+)
+COLLATORS = Registry(
+    "collator",
+    modules=("toolbox.data.collators", "toolbox.decision.data"),
+    renamed={
+        "decision": "decision_batch",
+        "graph": "graph_batch",
+        "preference": "preference_pad",
+        "unpaired_preference": "unpaired_preference_pad",
+    },
+)
 OBJECTIVES = Registry(
     "objective",
     modules=(
@@ -32,6 +47,7 @@ OBJECTIVES = Registry(
         "toolbox.objectives.actor_critic",
         "toolbox.decision.objectives",
     ),
+    renamed={"grpo": "clipped_policy"},
 )
 OPTIMIZERS = Registry("optimizer", modules=("toolbox.trainer.optim",))
 SCHEDULERS = Registry("scheduler", modules=("toolbox.trainer.optim",))
@@ -83,6 +99,7 @@ EVALUATORS = Registry(
         "toolbox.eval.tool_calls",
         "toolbox.eval.harness.evaluators",
     ),
+    renamed={"decision": "decision_metrics", "graph": "graph_metrics"},
 )
 EMBEDDERS = Registry("embedder", modules=("toolbox.memory.embedders",))
 VECTOR_INDEXES = Registry("vector_index", modules=("toolbox.memory.index",))

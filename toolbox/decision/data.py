@@ -197,7 +197,7 @@ class DecisionDataset:
         return positions
 
 
-@COLLATORS.register("decision")
+@COLLATORS.register("decision_batch")
 class DecisionCollator:
     """``decision`` examples -> one right-padded batch of their rotations (B items x R rows).
 
@@ -217,12 +217,12 @@ class DecisionCollator:
     def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
         if not examples or "rotation_ids" not in examples[0]:
             raise DataError(
-                "collator 'decision' needs examples of the 'decision' dataset (data.dataset.name=decision)."
+                "collator 'decision_batch' needs examples of the 'decision' dataset (data.dataset.name=decision)."
             )
         shapes = {(len(ex["perms"]), len(ex["perms"][0])) for ex in examples}
         if len(shapes) != 1:
             raise DataError(
-                f"collator 'decision': a batch mixes (rotations, options) shapes {sorted(shapes)}; give every "
+                f"collator 'decision_batch': a batch mixes (rotations, options) shapes {sorted(shapes)}; give every "
                 "record the same number of options, or use batch_size 1"
             )
         rows = [r for ex in examples for r in ex["rotation_ids"]]

@@ -107,7 +107,7 @@ def _index(label: Any, q: Any) -> int:
     return q.options.index(label) if isinstance(label, str) else int(label)
 
 
-@EVALUATORS.register("decision")
+@EVALUATORS.register("decision_metrics")
 class DecisionEvaluator:
     """Decision metrics of the model's readout on the held-out records, per level.
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from toolbox.experiment.build import Components
 
 
-@EVALUATORS.register("graph")
+@EVALUATORS.register("graph_metrics")
 class GraphMetrics:
     """Scores the held-out graphs with the run's graph objective: per split, ``eval/<split>_loss``
     (mean over the split's items), ``eval/<split>_accuracy`` and, for link prediction (one score

@@ -53,7 +53,7 @@ def _score(cfg: DictConfig, model_dir: Path) -> dict[str, float]:
         untokenized = (
             saved_model_spec(model_dir) is not None and not (model_dir / "tokenizer_config.json").is_file()
         )
-        cfg.tokenizer = None if untokenized else {"name": "pretrained", "path": str(model_dir)}
+        cfg.tokenizer = None if untokenized else {"name": "hf_tokenizer", "path": str(model_dir)}
     cfg.callbacks = {}
     cfg.resume_from = None
     if reference is not None:

@@ -227,5 +227,5 @@ def use_prepared_data(cfg: DictConfig, data_dir: str | Path) -> DictConfig:
         return cfg
     cfg.data.source = {"name": "prepared", "path": str(data_dir)}
     if cfg.get("tokenizer") is not None:  # models of vectors and graphs have none
-        cfg.tokenizer = {"name": "pretrained", "path": str(Path(data_dir) / "tokenizer")}
+        cfg.tokenizer = {"name": "hf_tokenizer", "path": str(Path(data_dir) / "tokenizer")}
     return cfg

@@ -124,7 +124,7 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-@OBJECTIVES.register("grpo")
+@OBJECTIVES.register("clipped_policy")
 class ClippedPolicyLoss(PolicyObjective):
     """The clipped policy-gradient loss of GRPO and its variants, with KL and entropy terms.
 

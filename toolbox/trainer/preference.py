@@ -18,7 +18,7 @@ the same reference: the builder's model is seeded, or loaded from ``model.path``
 ``reference_path``. Evaluation adds ``eval/accuracy`` (the fraction of held-out pairs whose chosen
 completion gets the higher implicit reward), ``eval/margin``, ``eval/loss`` and the reward means.
 
-Unpaired data (``data.collator.name=unpaired_preference``: KTO on ``{prompt, completion, label}``
+Unpaired data (``data.collator.name=unpaired_preference_pad``: KTO on ``{prompt, completion, label}``
 records) train in :class:`~toolbox.trainer.unpaired_preference.UnpairedPreferenceTrainer`, with its
 own step: ``trainer=preference`` builds it when the collator is unpaired. What both share (the
 reference, the loader, the micro-batch loop, evaluation) is ``trainer/preference_base.py``.
@@ -86,12 +86,12 @@ class PreferenceTrainer(PreferenceTrainerBase):
         if isinstance(parts.collator, UnpairedPreferenceCollator):
             raise ConfigError(
                 f"data.collator: trainer '{registered_name(type(self))}' trains on chosen/rejected pairs, "
-                "not unpaired examples; use trainer=preference (KTO) or data.collator.name=preference."
+                "not unpaired examples; use trainer=preference (KTO) or data.collator.name=preference_pad."
             )
         if first and "chosen_ids" not in first and "label" in first:
             raise ConfigError(
-                "data.collator: 'preference' batches chosen/rejected pairs, but the examples are unpaired "
-                "(data.dataset.name=unpaired_preference); set data.collator.name=unpaired_preference."
+                "data.collator: 'preference_pad' batches chosen/rejected pairs, but the examples are unpaired "
+                "(data.dataset.name=unpaired_preference); set data.collator.name=unpaired_preference_pad."
             )
 
     def reference_fields(self, sums: torch.Tensor, i: int, n: int) -> dict[str, float]:

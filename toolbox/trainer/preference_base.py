@@ -72,8 +72,8 @@ class PreferenceTrainerBase(BaseTrainer):
             name = registered_name(parts.collator)
             raise ConfigError(
                 f"data.collator: '{name}' cannot batch preference pairs; the preference trainer needs "
-                "data.collator.name=preference (and data.dataset.name=preference), or for KTO on "
-                "unpaired data data.collator.name=unpaired_preference (and "
+                "data.collator.name=preference_pad (and data.dataset.name=preference_pairs), or for KTO on "
+                "unpaired data data.collator.name=unpaired_preference_pad (and "
                 "data.dataset.name=unpaired_preference)."
             )
         self.check_data(parts, batch_size)
@@ -83,7 +83,7 @@ class PreferenceTrainerBase(BaseTrainer):
         if isinstance(parts.collator, PackedPreferenceCollator) and (self.uses_scores or self.mismatched):
             raise ConfigError(
                 "data.collator.name=preference_packed packs the log-prob objectives' pairs only (not a "
-                "reward model's scores, nor KTO's mismatched rows); use data.collator.name=preference."
+                "reward model's scores, nor KTO's mismatched rows); use data.collator.name=preference_pad."
             )
         self.needs_reference = self.objective.needs_reference and not self.uses_scores
         self.grad_accum_steps = grad_accum_steps

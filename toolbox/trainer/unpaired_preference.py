@@ -1,5 +1,5 @@
 """KTO on unpaired examples (``data.dataset.name=unpaired_preference``,
-``data.collator.name=unpaired_preference``: TRL's ``{prompt, completion, label}`` records), for
+``data.collator.name=unpaired_preference_pad``: TRL's ``{prompt, completion, label}`` records), for
 ``objective=kto`` only, as TRL's KTOTrainer does: per micro-batch of ``B`` examples one forward over
 ``2B`` rows (the examples, then the mismatched rows prompt i + completion i−1 that estimate the KL
 reference point z₀), the desirable mask from the labels, and TRL's metrics: ``kl``,
@@ -48,14 +48,14 @@ class UnpairedPreferenceTrainer(PreferenceTrainerBase):
         if not self.objective.unpaired:
             raise ConfigError(
                 f"objective: '{objective}' needs chosen/rejected pairs, but the data are unpaired "
-                "(data.collator.name=unpaired_preference); on unpaired {prompt, completion, label} "
-                "data use objective=kto, or give paired data (data.dataset.name=preference, "
-                "data.collator.name=preference)."
+                "(data.collator.name=unpaired_preference_pad); on unpaired {prompt, completion, label} "
+                "data use objective=kto, or give paired data (data.dataset.name=preference_pairs, "
+                "data.collator.name=preference_pad)."
             )
         if first and "label" not in first:
             raise ConfigError(
-                "data.collator: 'unpaired_preference' needs unpaired examples with a label; set "
-                "data.dataset.name=unpaired_preference (or data.collator.name=preference for pairs)."
+                "data.collator: 'unpaired_preference_pad' needs unpaired examples with a label; set "
+                "data.dataset.name=unpaired_preference (or data.collator.name=preference_pad for pairs)."
             )
         if self.objective.needs_kl_pairs and batch_size < 2:
             raise ConfigError(

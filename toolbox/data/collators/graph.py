@@ -9,7 +9,7 @@ import torch
 from toolbox.core.registries import COLLATORS
 
 
-@COLLATORS.register("graph")
+@COLLATORS.register("graph_batch")
 class GraphCollator:
     """Graphs → ``{x, edge_index, y, masks, ..., batch, ptr}`` (``torch_geometric.data.Batch``).
 

@@ -70,7 +70,7 @@ class PromptCompletionRows:
         return {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask}
 
 
-@COLLATORS.register("preference")
+@COLLATORS.register("preference_pad")
 class PreferenceCollator(PromptCompletionRows):
     """Chosen and rejected sequences of each pair in one batch (the preference trainer's input).
 
@@ -85,17 +85,17 @@ class PreferenceCollator(PromptCompletionRows):
     ) -> dict[str, torch.Tensor | int]:
         """The batch of ``examples``; ``mismatched`` (the trainer's, for KTO) overrides the setting."""
         if not examples:
-            raise DataError("collator 'preference' got an empty batch.")
+            raise DataError("collator 'preference_pad' got an empty batch.")
         if any(k not in ex for ex in examples for k in ("prompt_ids", "chosen_ids", "rejected_ids")):
             unpaired = all("completion_ids" in ex and "label" in ex for ex in examples)
             hint = (
-                " These are unpaired examples: use data.collator.name=unpaired_preference."
+                " These are unpaired examples: use data.collator.name=unpaired_preference_pad."
                 if unpaired
                 else ""
             )
             raise DataError(
-                "collator 'preference' needs examples with prompt_ids, chosen_ids and rejected_ids "
-                f"(data.dataset.name=preference).{hint}"
+                "collator 'preference_pad' needs examples with prompt_ids, chosen_ids and rejected_ids "
+                f"(data.dataset.name=preference_pairs).{hint}"
             )
         b = len(examples)
         rows = [(ex["prompt_ids"], ex["chosen_ids"]) for ex in examples]

@@ -37,7 +37,7 @@ class PackedPreferenceCollator:
         if mismatched:
             raise ConfigError(
                 "data.collator.name=preference_packed does not pack KTO's mismatched rows; "
-                "use data.collator.name=preference."
+                "use data.collator.name=preference_pad."
             )
         self.packer = PackingCollator(tokenizer, max_length)
 
@@ -47,14 +47,14 @@ class PackedPreferenceCollator:
         if mismatched:
             raise ConfigError(
                 "data.collator.name=preference_packed does not pack KTO's mismatched rows; "
-                "use data.collator.name=preference."
+                "use data.collator.name=preference_pad."
             )
         if not examples:
             raise DataError("collator 'preference_packed' got an empty batch.")
         if any(k not in ex for ex in examples for k in ("prompt_ids", "chosen_ids", "rejected_ids")):
             raise DataError(
                 "collator 'preference_packed' needs examples with prompt_ids, chosen_ids and rejected_ids "
-                "(data.dataset.name=preference)."
+                "(data.dataset.name=preference_pairs)."
             )
         pairs = [(ex["prompt_ids"], ex["chosen_ids"]) for ex in examples]
         pairs += [(ex["prompt_ids"], ex["rejected_ids"]) for ex in examples]

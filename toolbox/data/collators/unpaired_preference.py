@@ -34,7 +34,7 @@ from toolbox.data.collators.preference import PromptCompletionRows
 KEYS = ("prompt_ids", "completion_ids", "label")
 
 
-@COLLATORS.register("unpaired_preference")
+@COLLATORS.register("unpaired_preference_pad")
 class UnpairedPreferenceCollator(PromptCompletionRows):
     """Each example's row and (for KTO) its mismatched row in one batch (the preference trainer's input).
 
@@ -49,23 +49,23 @@ class UnpairedPreferenceCollator(PromptCompletionRows):
     ) -> dict[str, torch.Tensor | int]:
         """The batch of ``examples``; ``mismatched`` (the trainer's, for KTO) overrides the setting."""
         if not examples:
-            raise DataError("collator 'unpaired_preference' got an empty batch.")
+            raise DataError("collator 'unpaired_preference_pad' got an empty batch.")
         for i, ex in enumerate(examples):
             missing = [k for k in KEYS if k not in ex]
             if missing:
                 hint = (
-                    " These are chosen/rejected pairs: use data.collator.name=preference."
+                    " These are chosen/rejected pairs: use data.collator.name=preference_pad."
                     if "chosen_ids" in ex
                     else ""
                 )
                 raise DataError(
-                    f"collator 'unpaired_preference': example {i} has no {', '.join(missing)} (its keys: "
+                    f"collator 'unpaired_preference_pad': example {i} has no {', '.join(missing)} (its keys: "
                     f"{', '.join(map(str, ex))}); it needs examples with prompt_ids, completion_ids and "
                     f"a boolean label (data.dataset.name=unpaired_preference).{hint}"
                 )
             if not isinstance(ex["label"], bool):
                 raise DataError(
-                    f"collator 'unpaired_preference': example {i} has the label {ex['label']!r}; a label must "
+                    f"collator 'unpaired_preference_pad': example {i} has the label {ex['label']!r}; a label must "
                     "be true (desirable) or false (undesirable) (data.dataset.name=unpaired_preference)."
                 )
         b = len(examples)

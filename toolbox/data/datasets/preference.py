@@ -11,7 +11,7 @@ from toolbox.data.base import Example, Record
 from toolbox.data.datasets.tokenized import TokenizedFactory
 
 
-@DATASETS.register("preference")
+@DATASETS.register("preference_pairs")
 class Preference(TokenizedFactory):
     """``prompt_ids`` (bos + prompt), ``chosen_ids`` and ``rejected_ids`` (each ending in eos).
 

@@ -54,7 +54,7 @@ class UnpairedPreference(PromptCompletion):
             raise DataError(
                 f"record {index} has no field '{self.label_field}' (its keys: {', '.join(map(str, record))}); "
                 "set data.dataset.label_field to the field holding the boolean label (true: desirable), "
-                "or use paired data (data.dataset.name=preference) for chosen/rejected records."
+                "or use paired data (data.dataset.name=preference_pairs) for chosen/rejected records."
             )
         value = record[self.label_field]
         if type(value).__name__ in ("bool", "bool_"):  # a Python or a NumPy bool

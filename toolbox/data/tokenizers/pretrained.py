@@ -11,7 +11,7 @@ from toolbox.core.registries import TOKENIZERS
 from toolbox.data.tokenizers.specials import CHAT_TEMPLATE, PAD, check_max_length
 
 
-@TOKENIZERS.register("pretrained")
+@TOKENIZERS.register("hf_tokenizer")
 def pretrained(path: str, model_max_length: int | None = None) -> PreTrainedTokenizerFast:
     """``AutoTokenizer.from_pretrained(path)``, made ready for training and batched generation.
 

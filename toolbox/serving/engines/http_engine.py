@@ -122,7 +122,7 @@ class HTTPEngine(InferenceEngine):
         if tokenizer is None and path is not None:
             from toolbox.core.registries import TOKENIZERS
 
-            tokenizer = TOKENIZERS.build({"name": "pretrained", "path": path}, path="engine.path")
+            tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": path}, path="engine.path")
         self.tokenizer = tokenizer
         self.base_url = base_url.rstrip("/")
         self.extensions = extensions

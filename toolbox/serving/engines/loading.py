@@ -14,7 +14,7 @@ def load_model_and_tokenizer(path: str, dtype: str = "float32") -> tuple[Any, An
     from toolbox.core.registries import MODELS, TOKENIZERS
 
     model = MODELS.build({"name": "pretrained", "path": path, "dtype": dtype}, path="engine.path")
-    tokenizer = TOKENIZERS.build({"name": "pretrained", "path": path}, path="engine.path")
+    tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": path}, path="engine.path")
     return model.eval(), tokenizer
 
 
@@ -33,7 +33,7 @@ def resolve(model: Any, tokenizer: Any, path: str | None, dtype: str, engine: st
             raise ConfigError(f"engine '{engine}' was given a model but no tokenizer; pass tokenizer=.")
         from toolbox.core.registries import TOKENIZERS
 
-        tokenizer = TOKENIZERS.build({"name": "pretrained", "path": path}, path="engine.path")
+        tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": path}, path="engine.path")
     return model, tokenizer
 
 

@@ -75,7 +75,7 @@ class SGLangEngine(InferenceEngine):
         if tokenizer is None:
             from toolbox.core.registries import TOKENIZERS
 
-            tokenizer = TOKENIZERS.build({"name": "pretrained", "path": path}, path="engine.path")
+            tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": path}, path="engine.path")
         self.tokenizer, self.path = tokenizer, path
         kwargs: dict[str, Any] = {
             "model_path": path,

@@ -100,7 +100,7 @@ class VLLMEngine(InferenceEngine):
         if tokenizer is None:
             from toolbox.core.registries import TOKENIZERS
 
-            tokenizer = TOKENIZERS.build({"name": "pretrained", "path": path}, path="engine.path")
+            tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": path}, path="engine.path")
         self.tokenizer = tokenizer
         self.path = path
         kwargs: dict[str, Any] = {

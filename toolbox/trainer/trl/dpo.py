@@ -121,7 +121,7 @@ class TRLDPOTrainer(PreferenceTrainer):
         dataset = parts.dataset
         if not isinstance(dataset, Preference):
             raise ConfigError(
-                f"data.dataset: trainer=trl_dpo reads the raw pairs of data.dataset.name=preference, not "
+                f"data.dataset: trainer=trl_dpo reads the raw pairs of data.dataset.name=preference_pairs, not "
                 f"'{registered_name(dataset)}'."
             )
         self.max_length = max_length or dataset.max_length
