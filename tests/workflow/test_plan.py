@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -55,8 +56,20 @@ def test_plan_of_a_fresh_workflow_lists_every_stage_after_composing(workflow_cop
     compose` importing torch and transformers; every process of the plan now imports none of them
     (each Python process prints its imports: PYTHONPROFILEIMPORTTIME)."""
     workflow_copy.env["PYTHONPROFILEIMPORTTIME"] = "1"
-    res = workflow_copy.run(tool("toolbox"), "plan", "results/tiny/")
+    # Snakemake's SLURM plugin asks `scontrol show config` on import (2 s where no controller
+    # answers): the plan's calls give it the empty config, which it reads at once
     root = Path(workflow_copy.root)
+    fake = root / "fake_bin"
+    fake.mkdir()
+    asked = root / "scontrol_asked.txt"
+    (fake / "scontrol").write_text(f'#!/bin/sh\necho "SLURM_CONF=$SLURM_CONF $*" >> {asked}\n')
+    (fake / "scontrol").chmod(0o755)
+    path = workflow_copy.env["PATH"]
+    workflow_copy.env["PATH"] = f"{fake}{os.pathsep}{path}"
+    res = workflow_copy.run(tool("toolbox"), "plan", "results/tiny/")
+    workflow_copy.env["PATH"] = path
+    calls = asked.read_text().splitlines()
+    assert calls and set(calls) == {f"SLURM_CONF={os.devnull} show config"}, calls
     for log in (root / "work/_defaults/logs/defaults.log", root / "work/tiny/logs/compose.log"):
         text = log.read_text()
         assert "| hydra" in text, text[-2000:]  # the imports were printed

@@ -94,9 +94,17 @@ def target_runs(targets: list[str], runs: dict[str, dict]) -> list[str]:
 def _env() -> dict[str, str]:
     """The environment of the Snakemake calls: this interpreter's folder first on the PATH, so that
     the rules' ``toolbox`` and ``python`` are this installation's (``.venv/bin/toolbox plan``
-    works without activating the environment)."""
+    works without activating the environment).
+
+    ``SLURM_CONF`` is the empty file: Snakemake imports every executor plugin, and the SLURM one
+    runs ``scontrol show config`` on import, which waits 2 s where SLURM's tools are installed but
+    no controller answers. These calls only compose and dry-run, locally, so they need no cluster."""
     path = os.environ.get("PATH", "")
-    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}
+    return {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), path]),
+        "SLURM_CONF": os.devnull,
+    }
 
 
 COMPOSING = ("defaults", "compose")  # the jobs that bring the composed configs up to date
