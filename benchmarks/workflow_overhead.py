@@ -2,13 +2,16 @@
 and the start-up of the `toolbox` command that every stage pays.
 
 The dry run is compared, in alternating rounds (``benchmarks/harness``), with ``snakemake -n`` on a
-plain Snakefile of the same shape (as many runs, each a chain of as many ``touch`` rules, and one
-``all`` rule: the real job count, read from Snakemake's own job table of our dry run; none of our
-workflow's config reading, input functions, checkpoint, logs and benchmarks) and with the bare
-``snakemake --version`` start-up. Every figure is a fresh process's wall time and CPU time (user +
+plain Snakefile of the same shape (``plain``: the same rules and jobs with the same input, output,
+log and benchmark files, read from our dry run's job list, each rule a ``touch``; none of our
+workflow's config reading and validation, input/params functions, checkpoint, conda environment
+and report entries: ``same_shape_snakefile``), with a chain of as many ``touch`` rules per run
+(``chain``: the real job count, one input and one output a job, no logs or benchmarks: the peer
+of earlier measurements) and with the bare ``snakemake --version`` start-up. Every figure is a fresh process's wall time and CPU time (user +
 system of the child, from ``getrusage(RUSAGE_CHILDREN)``): on a shared machine the wall time
 measures the load, the CPU time the work. Ratios are taken round by round from unrounded values;
-``dry_run_vs_plain`` is ours / plain (the goal: <= 1.3 at 100 and at 1000 runs). The workflow runs
+``dry_run_vs_plain`` is ours / plain (the goal: <= 1.3 at 100 and at 1000 runs), ``dry_run_vs_chain``
+ours / chain. The workflow runs
 in a temporary copy of the repo (Snakefile, workflow/, toolbox/configs/) with:
 
 - ``dry_run``: ``snakemake -n --quiet`` on a generated config of ``--runs`` runs (every stage of
@@ -106,6 +109,86 @@ def job_count(cwd: Path) -> dict[str, int]:
     return counts
 
 
+JOB_FIELDS = ("input", "output", "log", "benchmark", "wildcards")
+
+
+def dry_run_jobs(cwd: Path) -> list[dict]:
+    """The jobs ``snakemake -n`` plans in ``cwd``: each job's rule, whether the rule is a checkpoint,
+    and its input, output, log and benchmark files and wildcards, as Snakemake prints them."""
+    res = subprocess.run(
+        [tool("snakemake"), "-n"], cwd=cwd, env=env(), capture_output=True, text=True, check=True
+    )
+    jobs: list[dict] = []
+    job: dict | None = None
+    for line in (res.stdout + res.stderr).splitlines():
+        head = re.fullmatch(r"(?:local)?(rule|checkpoint) (\w+):", line.strip())
+        if head:
+            job = {"rule": head.group(2), "checkpoint": head.group(1) == "checkpoint"}
+            job.update({field: [] for field in JOB_FIELDS})
+            jobs.append(job)
+            continue
+        field = re.fullmatch(r"    (\w+): (.*)", line)
+        if job is not None and field and field.group(1) in JOB_FIELDS:
+            job[field.group(1)] = field.group(2).split(", ")
+        elif not line.startswith("    "):
+            job = None
+    return jobs
+
+
+def shape(jobs: list[dict]) -> dict[str, int]:
+    """What a dry run's DAG is made of: jobs, rules, and input, output, log and benchmark files."""
+    return {
+        "jobs": len(jobs),
+        "rules": len({j["rule"] for j in jobs}),
+        **{f"{field}s": sum(len(j[field]) for j in jobs) for field in JOB_FIELDS[:-1]},
+    }
+
+
+def same_shape_snakefile(root: Path, jobs: list[dict]) -> Path:
+    """A plain Snakefile of the same DAG as ``jobs`` (``dry_run_jobs`` of our workflow): the same
+    rules, each a ``touch`` of its outputs with the same input, output, log and benchmark files per
+    job (with wildcards where ours has them: one rule per rule, its first job as the template), and
+    the same wildcard constraint; none of our config reading and validation, input, params and
+    resource functions, checkpoint, conda environment or report entries. An input a job reads
+    through the checkpoint (``<TBD>`` before it ran) is the checkpoint's target, its first output,
+    as in Snakemake's DAG. The inputs no job makes (ours: source files) exist, empty. Not mirrored: directory() flags, names of inputs and outputs, and rules
+    that plan no job."""
+    root.mkdir(parents=True)
+    targets: dict[tuple, str] = {}  # the wildcards of a checkpoint job -> its target
+    for job in jobs:
+        if job["checkpoint"]:
+            targets[tuple(job["wildcards"])] = job["output"][0]
+
+    def template(path: str, wildcards: list[str]) -> str:
+        for pair in wildcards:
+            name, _, value = pair.partition("=")
+            path = re.sub(rf"(?<![^/]){re.escape(value)}(?![^/])", "{" + name + "}", path)
+        return path
+
+    rules: dict[str, list[str]] = {}
+    for job in jobs:
+        if job["rule"] in rules:
+            continue
+        inputs = [targets[tuple(job["wildcards"])] if f == "<TBD>" else f for f in job["input"]]
+        lines = [f"rule {job['rule']}:"]
+        for field, files in (("input", inputs), ("output", job["output"]), ("log", job["log"]),
+                             ("benchmark", job["benchmark"])):  # fmt: skip
+            if files:
+                lines.append(f"    {field}: " + ", ".join(repr(template(f, job["wildcards"])) for f in files))
+        if job["output"]:
+            lines.append('    shell: "touch {output}"')
+        rules[job["rule"]] = lines
+    made = {f for job in jobs for f in job["output"]}
+    for source in {f for job in jobs for f in job["input"]} - made - {"<TBD>"}:  # ours has them
+        (root / source).parent.mkdir(parents=True, exist_ok=True)
+        (root / source).touch()
+    first = [name for name in rules if name == "all"]  # the default target: Snakemake's first rule
+    order = first + [name for name in rules if name not in first]
+    text = 'wildcard_constraints:\n    run="[A-Za-z0-9][A-Za-z0-9_-]*"\n\n'
+    (root / "Snakefile").write_text(text + "\n\n".join("\n".join(rules[n]) for n in order) + "\n")
+    return root
+
+
 def plain_snakefile(root: Path, runs: int, chain: int, singles: int = 0) -> Path:
     """A Snakefile of ``runs`` chains of ``chain`` touch rules, ``singles`` one-job rules and one
     ``all`` rule: ``runs * chain + singles + 1`` jobs."""
@@ -166,20 +249,27 @@ def main() -> int:
         }
         big = make_copy(tmp / "many", many)
         jobs = job_count(big)
-        chain = max(1, (jobs["total"] - 1) // args.runs)
-        plain = plain_snakefile(tmp / "plain", args.runs, chain, jobs["total"] - 1 - args.runs * chain)
-        plain_jobs = job_count(plain)["total"]
-        if plain_jobs != jobs["total"]:
+        ours = dry_run_jobs(big)
+        plain = same_shape_snakefile(tmp / "plain", ours)
+        if shape(dry_run_jobs(plain)) != shape(ours):
             raise SystemExit(
-                f"the plain Snakefile plans {plain_jobs} jobs, ours {jobs['total']}: not the same shape"
+                f"the plain Snakefile plans {shape(dry_run_jobs(plain))}, ours {shape(ours)}: not the same shape"
             )
+        links = max(1, (jobs["total"] - 1) // args.runs)
+        chain = plain_snakefile(tmp / "chain", args.runs, links, jobs["total"] - 1 - args.runs * links)
+        chain_jobs = job_count(chain)["total"]
+        if chain_jobs != jobs["total"]:
+            raise SystemExit(f"the chain Snakefile plans {chain_jobs} jobs, ours {jobs['total']}")
         out["jobs"] = jobs["total"]
         out["jobs_per_rule"] = jobs
+        out["shape"] = shape(ours)  # the plain peer's too (checked above)
+        out["chain_shape"] = shape(dry_run_jobs(chain))
         dry_run = [tool("snakemake"), "-n", "--quiet"]
         rounds = Rounds(
             {
                 "toolbox": lambda: once(dry_run, big),
                 "plain": lambda: once(dry_run, plain),
+                "chain": lambda: once(dry_run, chain),
                 "snakemake_version": lambda: once([tool("snakemake"), "--version"], tmp),
             },
             None,
@@ -189,13 +279,14 @@ def main() -> int:
         out["orders"] = rounds.orders
         out["each_round"] = rounds.each
         out["sides"] = rounds.summary()
-        out["dry_run_vs_plain"] = {
-            figure: {
-                **spread([o / p for o, p in zip(rounds.values("toolbox", figure), rounds.values("plain", figure), strict=True)]),
-                "of_medians": rounds.summary()["toolbox"][figure]["median"] / rounds.summary()["plain"][figure]["median"],
-            }
-            for figure in ("cpu_s", "wall_s")
-        }  # fmt: skip
+        for peer in ("plain", "chain"):
+            out[f"dry_run_vs_{peer}"] = {
+                figure: {
+                    **spread([o / p for o, p in zip(rounds.values("toolbox", figure), rounds.values(peer, figure), strict=True)]),
+                    "of_medians": rounds.summary()["toolbox"][figure]["median"] / rounds.summary()[peer][figure]["median"],
+                }
+                for figure in ("cpu_s", "wall_s")
+            }  # fmt: skip
         out["goal_dry_run_vs_plain_at_most"] = 1.3
         out["goal_met_by_cpu_median"] = out["dry_run_vs_plain"]["cpu_s"]["median"] <= 1.3
 

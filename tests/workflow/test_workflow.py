@@ -7,6 +7,7 @@ marked slow (each trains a 1-layer model for 20 steps, about a minute on 2 cores
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -137,6 +138,34 @@ def test_init_from_points_the_run_at_the_other_runs_model(tmp_path: Path) -> Non
     # the tuned run needs tiny's model, hence tiny's train (and its data and compose), not its eval
     assert re.search(r"^train\s+2$", out, flags=re.M) and re.search(r"^data\s+2$", out, flags=re.M), out
     assert re.search(r"^eval\s+1$", out, flags=re.M), out
+
+
+def composed_dry_run_jobs(wf: Workflow, target: str) -> list[str]:
+    """The jobs of ``snakemake -n -p target`` once every run's compose has run (its outputs newer than
+    its inputs, so that the jobs read through the checkpoint show their inputs), without job ids and
+    reasons; sorted."""
+    cfg = yaml.safe_load((wf.root / "config" / "config.yaml").read_text())
+    paths = [stages.DEFAULTS] + [f"work/{run}/config/{n}.yaml" for run in cfg["runs"] for n in ("full", "data", "train", "eval")]  # fmt: skip
+    for path in paths:
+        (wf.root / path).parent.mkdir(parents=True, exist_ok=True)
+        (wf.root / path).write_text("x: 1\n")
+        os.utime(wf.root / path, (2e9, 2e9))
+    out = wf.snakemake("-n", "-p", target).stdout
+    blocks = re.findall(
+        r"^(?:local)?(?:rule|checkpoint) \w+:\n(?:    .*\n)+Shell command: .*$", out, flags=re.M
+    )
+    return sorted(re.sub(r"^    (jobid|reason): .*\n", "", b, flags=re.M) for b in blocks)
+
+
+def test_a_runs_jobs_do_not_depend_on_the_other_runs_having_run_inputs(tmp_path: Path) -> None:
+    """Where no run has an input or value of another run (init_from, an agent), common.smk gives
+    Snakemake none (no per-job function); the run's jobs are those it gets where another run has one."""
+    alone = composed_dry_run_jobs(copy_workflow(tmp_path / "alone", tiny_config()), f"results/{TINY_RUN}/")
+    cfg = tiny_config()
+    cfg["runs"]["tuned"] = tuned_entry()
+    beside = composed_dry_run_jobs(copy_workflow(tmp_path / "beside", cfg), f"results/{TINY_RUN}/")
+    assert len(alone) == 6 and any("--before" not in b and "rule eval:" in b for b in alone), alone
+    assert alone == beside
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ import inspect
 import sys
 from pathlib import Path
 
+import snakemake.common.configfile as snakemake_configfile
+import yaml
 from snakemake.common import overwrite_function_params
 from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 from snakemake.logging import logger
@@ -21,8 +23,33 @@ import run_config  # noqa: E402
 import runs  # noqa: E402
 import stages  # noqa: E402
 
+SNAKEMAKE_LOAD_CONFIGFILE = snakemake_configfile.load_configfile
+
+
+def load_configfile_libyaml(path):
+    """config/config.yaml as Snakemake's configfile: reads it (yte's YAML FullLoader) with libyaml's
+    parser: the same dict for a tenth of the CPU (a config of many runs spent a second in the
+    pure-Python parser). Snakemake's own loader reads what is not a YAML mapping, or a YTE template.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    if "__use_yte__" not in text and hasattr(yaml, "CFullLoader"):
+        try:
+            data = yaml.load(text, Loader=yaml.CFullLoader)
+        except yaml.YAMLError:
+            data = None
+        if isinstance(data, dict):
+            return data
+    return SNAKEMAKE_LOAD_CONFIGFILE(path)
+
+
+# for the directive below only
+snakemake_configfile.load_configfile = load_configfile_libyaml
+
 
 configfile: "config/config.yaml"
+
+
+snakemake_configfile.load_configfile = SNAKEMAKE_LOAD_CONFIGFILE
 
 
 CONFIG_NAME = (
@@ -82,21 +109,44 @@ def after_compose(path):
 
     def resolve(wildcards):
         entry(wildcards.run)
-        try:
-            checkpoints.compose.get(run=wildcards.run)
-        except IncompleteCheckpointException as e:
-            # compose has not run: the job waits for it (Snakemake's own answer to the exception,
-            # given here so that Snakemake does not also rebuild the job in every DAG pass)
-            return e.targetfile
-        return path.format(run=wildcards.run)
+        # compose has not run: the job waits for it (Snakemake's own answer to the exception,
+        # given here so that Snakemake does not also rebuild the job in every DAG pass)
+        return compose_pending(wildcards.run) or path.format(run=wildcards.run)
 
     return per_job(resolve)
+
+
+# run -> (checkpoint outputs known when asked, compose_pending's answer)
+COMPOSE_ASKED = {}
+
+
+def compose_pending(run):
+    """The compose checkpoint's target while compose of the run has not run, else None.
+
+    Asked by every stage of the run, and Snakemake's answer (checkpoints.compose.get) expands
+    the checkpoint's outputs at each call: the answer is kept per run until Snakemake records
+    another checkpoint's outputs (created_output only grows), so each run asks once per change.
+    """
+    known = len(checkpoints.created_output)
+    asked = COMPOSE_ASKED.get(run)
+    if asked is None or asked[0] != known:
+        try:
+            checkpoints.compose.get(run=run)
+            asked = (known, None)
+        except IncompleteCheckpointException as e:
+            asked = (known, e.targetfile)
+        COMPOSE_ASKED[run] = asked
+    return asked[1]
 
 
 def run_inputs(*kinds):
     """The inputs of this run only (stages.RUN_INPUTS): the model of init_from, the dataset of
     data_from_traces, the agent's script, the agent's evaluation; none where the run has none.
+    Where no run of the config has any, none for every job, without a function for Snakemake to
+    call per job.
     """
+    if not any(runs.run_input(k, run, e) for run, e in RUNS.items() for k in kinds):
+        return []
     return per_job(
         lambda wildcards: [
             p
@@ -116,7 +166,11 @@ def entry_values(run):
 
 def run_value(name):
     """A value of the run's entry in the command (its overrides, its expect:, ...); a change of it
-    reruns the rule."""
+    reruns the rule. Where it is empty for every run of the config (no run has an agent, none
+    starts from another), the empty string, without a function for Snakemake to call per job.
+    """
+    if not any(entry_values(run)[name] for run in RUNS):
+        return ""
     return per_job(lambda wildcards: entry_values(wildcards.run)[name])
 
 
