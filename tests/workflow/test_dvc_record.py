@@ -114,3 +114,29 @@ def test_after_snakemake_dvc_status_is_up_to_date(tmp_path: Path) -> None:
     # and the reverse: Snakemake has nothing to do either
     assert "Nothing to be done" in wf.snakemake("-n", f"results/{TINY_RUN}/").stdout
     assert tool("dvc")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="DVC 3.67.1 (the newest release): `dvc repro --dry` hashes the dependencies of a stage whose "
+    "upstream stage it only pretended to run and stops at the first missing one (treeverse/dvc#9021, "
+    "#9818, open). docs/workflow.md says so and names `dvc status` / `toolbox plan` instead. When this "
+    "test passes, DVC is fixed: remove the mark and the docs' paragraph.",
+)
+def test_dvc_repro_dry_on_a_fresh_chain_lists_every_stage(tmp_path: Path) -> None:
+    """Issue 38: `dvc repro --dry` over the whole repo failed on a fresh clone (exit 255). The same on the
+    smallest chain: a stage that reads another stage's output, neither built yet."""
+    wf = Workflow(tmp_path / "repo")
+    wf.root.mkdir()
+    wf.git_dvc_init()
+    chain = {
+        "first": {"cmd": "echo 1 > a.txt", "deps": ["in.txt"], "outs": ["a.txt"]},
+        "second": {"cmd": "cp a.txt b.txt", "deps": ["a.txt"], "outs": ["b.txt"]},
+    }
+    (wf.root / "dvc.yaml").write_text(yaml.safe_dump({"stages": chain}))
+    (wf.root / "in.txt").write_text("in\n")
+    dry = wf.dvc("repro", "--dry", check=False)
+    assert dry.returncode == 0, dry.stderr[-500:]
+    assert "Running stage 'first'" in dry.stdout and "Running stage 'second'" in dry.stdout
+    assert not (wf.root / "a.txt").exists()  # a dry run
