@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from toolbox.core.errors import ConfigError
+from toolbox.experiment.renamed_parts import read_renamed
 from toolbox.experiment.schema import component_paths, fields_of, node_at
 from toolbox.experiment.validate import validate_config
 
@@ -185,7 +186,9 @@ def compose_run(
         bad = [o for o in overrides if "=" not in o or o.split("=", 1)[0].startswith(("+", "~"))]
         if bad:
             raise ConfigError(f"with --config only key=value overrides apply; got {bad[0]!r}.")
-        cfg = OmegaConf.merge(load_yaml_config(path), OmegaConf.from_dotlist(overrides))
+        stored = load_yaml_config(path)
+        read_renamed(stored, str(path))  # a config composed before a component was renamed
+        cfg = OmegaConf.merge(stored, OmegaConf.from_dotlist(overrides))
     else:
         cfg = load_config(overrides)
     if run_dir:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from toolbox.core.errors import ConfigError
 from toolbox.core.output import check_output_dir
+from toolbox.experiment.renamed_parts import renamed_container
 
 IGNORED = ("resume_from", "run_dir", "launcher")  # where and how a run is started, not what it is
 RESUMABLE = ("trainer.max_steps",)  # what a resume may change on top of IGNORED
@@ -70,6 +71,7 @@ def _differences(cfg: DictConfig, run_dir: Path) -> list[str]:
         raise ConfigError(
             f"{saved} is not valid YAML ({e.problem}); move the folder away or use --out."
         ) from None
+    old = renamed_container(old) if isinstance(old, dict) else old  # saved before a rename
     new = OmegaConf.to_container(cfg, resolve=True)
     ignored = IGNORED + (RESUMABLE if cfg.get("resume_from") else ())
     old_flat, new_flat = _flat(old), _flat(new)
