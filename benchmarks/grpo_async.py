@@ -137,6 +137,7 @@ def main(argv=None) -> dict:
         f"{args.generations} generations",
         "figure": "steps_per_s",
         "unit": "steps/s",
+        "ours": "async",  # the side in the "ours" column (both sides are toolbox)
         "peers": {"sync": "toolbox GRPO, synchronous"},
         "goal": ">= 1.6x synchronous on 2 cores",
     }

@@ -44,7 +44,7 @@ def conditions(data: dict, file: str) -> str:
 def row(data: dict, file: str) -> str:
     r = data["row"]
     sides, ratios = data["sides"], data["ratios"]
-    ours = side_text(sides["toolbox"], r["figure"], r["unit"], r.get("mfu", False))
+    ours = side_text(sides[r.get("ours", "toolbox")], r["figure"], r["unit"], r.get("mfu", False))
     peers = "; ".join(
         f"{label} {side_text(sides[name], r['figure'], r['unit'], r.get('mfu', False))}"
         for name, label in r["peers"].items()

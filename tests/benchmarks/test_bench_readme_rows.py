@@ -66,6 +66,14 @@ def test_a_row_carries_the_files_numbers():
     assert text.endswith("| >= 2x |\n")
 
 
+def test_a_row_of_two_toolbox_sides_names_its_own_side():
+    """benchmarks/grpo_async.py compares two of our modes (async vs sync): its row says which is 'ours'."""
+    data = result()
+    data["sides"] = {"async": data["sides"]["toolbox"], "hf": data["sides"]["hf"]}
+    data["row"]["ours"] = "async"
+    assert "| 10,200 (9,000–11,000) tok/s, MFU 69 % | HF 5,000" in row(data, "sft.json")
+
+
 def test_check_fails_until_the_readme_is_regenerated(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
