@@ -92,23 +92,6 @@ def timed(cmd: list[str], cwd: Path, repeats: int) -> dict[str, dict]:
     return {figure: spread([e[figure] for e in each]) for figure in ("wall_s", "cpu_s")}
 
 
-def job_count(cwd: Path) -> dict[str, int]:
-    """Jobs per rule and in total, from the job table ``snakemake -n`` prints."""
-    res = subprocess.run(
-        [tool("snakemake"), "-n"], cwd=cwd, env=env(), capture_output=True, text=True, check=True
-    )
-    counts = {}
-    for line in (res.stdout + res.stderr).splitlines():
-        m = re.fullmatch(r"([A-Za-z_][\w]*)\s+(\d+)", line.strip())
-        if m:
-            counts[m.group(1)] = int(m.group(2))
-    if "total" not in counts:
-        raise SystemExit(
-            f"snakemake -n in {cwd} printed no job table (total N); its output:\n{res.stdout[-2000:]}"
-        )
-    return counts
-
-
 JOB_FIELDS = ("input", "output", "log", "benchmark", "wildcards")
 
 
@@ -132,7 +115,17 @@ def dry_run_jobs(cwd: Path) -> list[dict]:
             job[field.group(1)] = field.group(2).split(", ")
         elif not line.startswith("    "):
             job = None
+    if not jobs:
+        raise SystemExit(f"snakemake -n in {cwd} planned no job; its output:\n{res.stdout[-2000:]}")
     return jobs
+
+
+def jobs_per_rule(jobs: list[dict]) -> dict[str, int]:
+    """Jobs per rule and in total (Snakemake's job table) of ``dry_run_jobs``."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job["rule"]] = counts.get(job["rule"], 0) + 1
+    return {**counts, "total": len(jobs)}
 
 
 def shape(jobs: list[dict]) -> dict[str, int]:
@@ -248,22 +241,23 @@ def main() -> int:
             f"run{i:03d}": {"experiment": "demo", "overrides": [f"seed={i}", *TINY]} for i in range(args.runs)
         }
         big = make_copy(tmp / "many", many)
-        jobs = job_count(big)
         ours = dry_run_jobs(big)
+        jobs = jobs_per_rule(ours)
         plain = same_shape_snakefile(tmp / "plain", ours)
-        if shape(dry_run_jobs(plain)) != shape(ours):
+        plain_shape = shape(dry_run_jobs(plain))
+        if plain_shape != shape(ours):
             raise SystemExit(
-                f"the plain Snakefile plans {shape(dry_run_jobs(plain))}, ours {shape(ours)}: not the same shape"
+                f"the plain Snakefile plans {plain_shape}, ours {shape(ours)}: not the same shape"
             )
         links = max(1, (jobs["total"] - 1) // args.runs)
         chain = plain_snakefile(tmp / "chain", args.runs, links, jobs["total"] - 1 - args.runs * links)
-        chain_jobs = job_count(chain)["total"]
-        if chain_jobs != jobs["total"]:
-            raise SystemExit(f"the chain Snakefile plans {chain_jobs} jobs, ours {jobs['total']}")
+        chain_shape = shape(dry_run_jobs(chain))
+        if chain_shape["jobs"] != jobs["total"]:
+            raise SystemExit(f"the chain Snakefile plans {chain_shape['jobs']} jobs, ours {jobs['total']}")
         out["jobs"] = jobs["total"]
         out["jobs_per_rule"] = jobs
-        out["shape"] = shape(ours)  # the plain peer's too (checked above)
-        out["chain_shape"] = shape(dry_run_jobs(chain))
+        out["shape"] = plain_shape  # ours too (checked above)
+        out["chain_shape"] = chain_shape
         dry_run = [tool("snakemake"), "-n", "--quiet"]
         rounds = Rounds(
             {

@@ -33,13 +33,11 @@ def _rename(cfg: DictConfig) -> list[tuple[str, str, str]]:
     return changed
 
 
-def read_renamed(cfg: DictConfig, source: str) -> list[str]:
+def read_renamed(cfg: DictConfig, source: str) -> None:
     """Read ``cfg``'s renamed component names as the new ones (in place), one line each on stderr
-    (``source``: which file); the lines are returned."""
-    notes = [f"{source}: {path}.name {old!r} is read as {new!r} (renamed)" for path, old, new in _rename(cfg)]
-    for note in notes:
-        print(note, file=sys.stderr)
-    return notes
+    (``source``: which file)."""
+    for path, old, new in _rename(cfg):
+        print(f"{source}: {path}.name {old!r} is read as {new!r} (renamed)", file=sys.stderr)
 
 
 def renamed_container(saved: dict[str, Any]) -> dict[str, Any]:
