@@ -99,6 +99,29 @@ def test_tiny_llama_saves_and_reloads_with_the_same_logits(tmp_path) -> None:
     assert next(half.parameters()).dtype == torch.bfloat16
 
 
+def test_pretrained_max_position_embeddings_extends_the_context_with_the_same_weights(tmp_path) -> None:
+    """A model saved with 64 positions loads with 512: same weights, same logits on the first 64
+    positions, a config (and so an engine's context) of 512, and a forward past 64 positions."""
+    model = build_llama(max_position_embeddings=64).eval()
+    model.save_pretrained(tmp_path)
+    longer = MODELS.build(
+        {"name": "pretrained", "path": str(tmp_path), "max_position_embeddings": 512}, path="model"
+    ).eval()
+    assert (model.config.max_position_embeddings, longer.config.max_position_embeddings) == (64, 512)
+    saved, loaded = model.state_dict(), longer.state_dict()
+    assert saved.keys() == loaded.keys()
+    for name, weight in saved.items():
+        assert torch.equal(weight, loaded[name]), name
+    ids = torch.randint(0, 48, (1, 200))
+    with torch.no_grad():
+        torch.testing.assert_close(longer(ids[:, :64]).logits, model(ids[:, :64]).logits, atol=0, rtol=0)
+        assert longer(ids).logits.shape == (1, 200, 48)
+    with pytest.raises(ConfigError, match=r"max_position_embeddings=32 is below the saved model's 64"):
+        MODELS.build(
+            {"name": "pretrained", "path": str(tmp_path), "max_position_embeddings": 32}, path="model"
+        )
+
+
 def test_pretrained_offline_with_a_hub_id_fails_fast_naming_model_path(monkeypatch, tmp_path) -> None:
     import huggingface_hub.constants
 

@@ -97,6 +97,7 @@ EVALUATORS = Registry(
         "toolbox.eval.graph",
         "toolbox.eval.episodes",
         "toolbox.eval.tool_calls",
+        "toolbox.eval.env_episodes",
         "toolbox.eval.harness.evaluators",
     ),
     renamed={"decision": "decision_metrics", "graph": "graph_metrics"},

@@ -76,6 +76,10 @@ class TextEnv(ABC):
             environment's messages).
     """
 
+    #: the names of the scores a done episode's ``Step.scores`` holds (the ``env_episodes``
+    #: evaluator reports each as ``eval/<name>``); an environment that names none reports its reward
+    score_names: tuple[str, ...] = ()
+
     def __init__(self, max_turns: int = 4, max_tokens: int = 256) -> None:
         if max_turns < 1 or max_tokens < 1:
             raise ConfigError(f"text_env: max_turns={max_turns}, max_tokens={max_tokens}; both must be >= 1.")

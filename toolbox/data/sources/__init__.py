@@ -3,6 +3,8 @@
 - ``arithmetic``: generated problems such as ``12+34=`` → ``46`` (disjoint train and test).
 - ``arithmetic_pairs``: the same problems as preference pairs, right answer vs a plausible wrong one.
 - ``arithmetic_tools``: word problems solved by a calculator tool call, as chat records (agents).
+- ``lookup_tools``: problems solved by a lookup call, then a calculator call, as chat records (the
+  ``lookup_calculator`` environment's task).
 - ``arithmetic_unpaired``: the same problems as unpaired KTO data, a right (label true) or a wrong
   (label false) answer each.
 - ``local``: jsonl / json / csv / parquet / arrow files or a ``datasets.save_to_disk`` folder.
@@ -25,6 +27,7 @@ from toolbox.data.sources import (  # noqa: F401  (registers the sources)
     intents,
     karate_club,
     local,
+    lookup_tools,
     planetoid,
     sbm,
     tu_dataset,

@@ -13,7 +13,9 @@ writes it, ``<tool_call>{...}</tool_call>``) (the verifiable reward of examples/
 compares the last number of the final reply with ``answer``). Operands have up to ``digits``
 digits, so a small model cannot do the sum itself: it must call the tool with the right expression
 and copy the result. Train and test problems are drawn without replacement from every (template, a,
-b), so none is in both splits.
+b), and no expression is in both splits (nor twice in one): a subtraction's operands are ordered
+(``a-b`` with ``a >= b``), so (a, b) and (b, a) are one problem, and two templates of one operator
+with the same operands ask the same sum.
 """
 
 from __future__ import annotations
@@ -123,27 +125,30 @@ def conversation(p: dict[str, Any], call_id: str) -> list[dict[str, Any]]:
 def draw(
     num_train: int, num_test: int, digits: int, seed: int, fixed_width: bool = False, templates: int = 0
 ) -> tuple[list[dict], list[dict]]:
-    """Disjoint train and test problems. Distinct problems are drawn one by one (test first), so the
+    """Disjoint train and test problems. Problems of distinct expressions are drawn one by one (test
+    first; a draw whose expression came before is skipped), so no expression is in both splits, the
     test split depends only on ``seed``, ``digits``, ``fixed_width`` and ``templates`` (not on
     ``num_train``), and the first n test problems are the same for any ``num_test >= n``."""
     low = 10 ** (digits - 1) if fixed_width and digits > 1 else 0
     size = 10**digits - low
     kinds = templates or len(TEMPLATES)
     total = kinds * size * size
-    if num_train + num_test > total // 2:
+    # distinct expressions: size * size per operator, size * (size + 1) / 2 for "-" (a >= b)
+    ops = {op for _, op in TEMPLATES[:kinds]}
+    distinct = sum(size * (size + 1) // 2 if op == "-" else size * size for op in ops)
+    if num_train + num_test > distinct * 3 // 4:
         width = f"{digits}-digit" if fixed_width else f"up to {digits}-digit"
         raise ConfigError(
             f"data.source: {num_train} + {num_test} problems asked, but {kinds} templates with {width} "
-            f"operands give only {total} (at most half of them are drawn); lower num_train/num_test "
-            "or raise digits."
+            f"operands give only {distinct} distinct expressions (at most three quarters of them are drawn); "
+            "lower num_train/num_test or raise digits."
         )
-    rng, seen, drawn = random.Random(seed), set(), []
-    while len(drawn) < num_train + num_test:
-        i = rng.randrange(total)
-        if i not in seen:
-            seen.add(i)
-            drawn.append(i)
-    problems = [problem(i, size, low) for i in drawn]
+    rng, seen, problems = random.Random(seed), set(), []
+    while len(problems) < num_train + num_test:
+        p = problem(rng.randrange(total), size, low)
+        if p["expression"] not in seen:
+            seen.add(p["expression"])
+            problems.append(p)
     return problems[num_test:], problems[:num_test]
 
 

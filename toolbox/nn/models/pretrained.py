@@ -16,6 +16,7 @@ def pretrained(
     path: str,
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32",
     quantization: Literal["4bit", "8bit"] | None = None,
+    max_position_embeddings: int | None = None,
 ) -> nn.Module:
     """A causal LM loaded by ``transformers.AutoModelForCausalLM.from_pretrained``.
 
@@ -28,6 +29,12 @@ def pretrained(
         quantization: null, 4bit (NF4, computing in ``dtype``: bfloat16 where ``dtype`` is
             float32 on a GPU) or 8bit: load the weights quantized with bitsandbytes, for QLoRA
             (``peft=qlora``); on the GPU when CUDA is present, else on the CPU (bitsandbytes >= 0.48).
+        max_position_embeddings: extend the model's context to this many positions (null: the
+            saved config's). Rotary position embeddings of the default type have no weights and
+            no table sized by the context, so the weights load unchanged and the model (and an
+            engine or evaluator that reads ``config.max_position_embeddings``) takes longer
+            sequences; positions past the saved context were never trained on. Only for a model
+            with default RoPE; it may not shrink the saved context.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -36,13 +43,17 @@ def pretrained(
 
     own = load_saved_model(path)  # a folder our own models (gnn) wrote: config.json names the model
     if own is not None:
+        _refuse_context(max_position_embeddings, path, "one of toolbox's own models")
         return own
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     from toolbox.nn.adapters import holds_adapter, load_adapted
 
     if holds_adapter(path):  # a peft adapter folder: its base plus the adapter, merged
+        _refuse_context(max_position_embeddings, path, "a peft adapter")
         return load_adapted(path, dtype=torch_dtype)
-    extra = {}
+    extra: dict = {}
+    if max_position_embeddings is not None:
+        extra["max_position_embeddings"] = _longer_context(path, max_position_embeddings)
     if quantization is not None:
         from transformers import BitsAndBytesConfig
 
@@ -77,6 +88,44 @@ def pretrained(
     if quantization is not None:
         _keep_cpu_4bit_weights(model)
     return model
+
+
+def _refuse_context(max_position_embeddings: int | None, path: str, what: str) -> None:
+    if max_position_embeddings is not None:
+        raise ConfigError(
+            f"model.max_position_embeddings={max_position_embeddings}: model.path={path!r} holds {what}, "
+            "whose context is not extended here; remove model.max_position_embeddings."
+        )
+
+
+def _longer_context(path: str, positions: int) -> int:
+    """``positions`` checked against the saved config: at least its context, default RoPE."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError):
+        return positions  # from_pretrained below fails with the message naming model.path
+    saved = getattr(config, "max_position_embeddings", None)
+    if saved is None:
+        raise ConfigError(
+            f"model.max_position_embeddings={positions}: the model at {path!r} ({config.model_type}) has no "
+            "max_position_embeddings in its config to extend; remove model.max_position_embeddings."
+        )
+    if positions < saved:
+        raise ConfigError(
+            f"model.max_position_embeddings={positions} is below the saved model's {saved}: it extends "
+            f"the context, it does not shrink it; set it to {saved} or more, or remove it."
+        )
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if rope_type != "default":
+        raise ConfigError(
+            f"model.max_position_embeddings={positions}: the model at {path!r} uses RoPE of type "
+            f"{rope_type!r}, whose frequencies depend on the context; remove model.max_position_embeddings "
+            "(only default RoPE is extended)."
+        )
+    return positions
 
 
 def _keep_cpu_4bit_weights(model: nn.Module) -> None:

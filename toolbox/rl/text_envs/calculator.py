@@ -27,6 +27,8 @@ class CalculatorEnv(ToolEnv):
         answer_field: the task field holding the answer.
     """
 
+    score_names = ("correct", "tool_call_ok")
+
     def __init__(
         self,
         max_turns: int = 3,
