@@ -1,6 +1,6 @@
 """Our agent_grpo trainer vs TRL's GRPOTrainer with tools: the calculator task, one model, the same GRPO settings.
 
-    python benchmarks/agent_grpo_vs_trl.py [--base DIR] [--steps 20] [--warmup 2] [--prompts 8]
+    python benchmarks/agent_grpo_vs_trl.py [--base DIR] [--steps 30] [--warmup 2] [--prompts 8]
         [--generations 8] [--rounds 3] [--out F]
 
 The task is examples/agent_tools' (``experiment=agent_grpo``): word problems of the
@@ -39,6 +39,7 @@ own order, so the rewards differ by sampling noise as well. One JSON object.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import statistics
 import subprocess
@@ -46,7 +47,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from harness import Report, Rounds
 from harness.report import common_arguments, settings_from
@@ -111,7 +111,12 @@ def base_model(args) -> str:
     """The model folder both sides start from: ``--base``, else agent_tools' base, trained once here."""
     if args.base:
         return args.base
-    folder = Path(tempfile.gettempdir()) / f"toolbox-bench-agent-base-s{args.seed}-{args.base_tag}"
+    tag = (
+        hashlib.sha1(" ".join(args.base_overrides).encode()).hexdigest()[:10]
+        if args.base_overrides
+        else "default"
+    )
+    folder = Path(tempfile.gettempdir()) / f"toolbox-bench-agent-base-s{args.seed}-{tag}"
     if not (folder / "model" / "model.safetensors").is_file():
         cmd = [sys.executable, "-m", "toolbox.cli", "train", "experiment=agent_tools",
                f"run_dir={folder}", f"seed={args.seed}", f"num_threads={args.threads}",
@@ -226,6 +231,35 @@ def _trl_trainer(args, t):
     return trainer
 
 
+def rendered_as_ours(t, prompts: list, generated: tuple) -> dict[str, int]:
+    """How many of TRL's episodes (prompt ids + completion ids, decoded) are the text our chat
+    rendering gives their conversation (question, calls, the tool's replies, answer), as
+    ``toolbox.rl.episodes`` would hold them."""
+    import json
+
+    from toolbox.data.datasets.chat import Chat
+    from toolbox.data.sources.arithmetic_tools import TOOLS
+
+    chat = Chat(t.tokenizer, max_length=1 << 30)
+    prompt_ids, completion_ids, _, completions = generated[:4]
+    same = 0
+    for i, messages in enumerate(completions):
+        conversation = [dict(prompts[i][0])]
+        for m in messages:
+            m = dict(m)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [
+                    {"type": "function", "function": {"name": c["function"]["name"],
+                     "arguments": json.dumps(c["function"]["arguments"], separators=(",", ":"))}}
+                    for c in m["tool_calls"]
+                ]  # fmt: skip
+            conversation.append(m)
+        ours = chat.render(conversation, tools=TOOLS)
+        theirs = t.tokenizer.decode(prompt_ids[i] + completion_ids[i])
+        same += ours.startswith(theirs)  # (a reply cut at the limit ends before the template's eos)
+    return {"checked_episodes": len(completions), "checked_rendered_as_ours": same}
+
+
 def _run(args, base: str, trainer: str, run_dir: str, curves: list) -> dict:
     from toolbox.core.events import Event
     from toolbox.experiment import ExperimentBuilder, load_config
@@ -237,6 +271,7 @@ def _run(args, base: str, trainer: str, run_dir: str, curves: list) -> dict:
     rewards: list[float] = []
     calls: list[float] = []
     gen_time: list[float] = []
+    checked: dict[str, int] = {}
 
     def on_end(d):
         stamps.append(time.perf_counter())
@@ -255,10 +290,12 @@ def _run(args, base: str, trainer: str, run_dir: str, curves: list) -> dict:
             trl = _trl_trainer(args, t)
             inner = trl._generate
 
-            def timed(*a, **k):
+            def timed(prompts):
                 s = time.perf_counter()
-                out = inner(*a, **k)
+                out = inner(prompts)
                 gen_time.append(time.perf_counter() - s)
+                if len(gen_time) == 1:  # the first (warm-up) step: TRL's episodes are ours, token for token
+                    checked.update(rendered_as_ours(t, prompts, out))
                 return out
 
             trl._generate = timed
@@ -289,17 +326,18 @@ def _run(args, base: str, trainer: str, run_dir: str, curves: list) -> dict:
         "heldout_answer_accuracy": float(final["eval/answer_accuracy"]),
         "heldout_tool_call_success": float(final["eval/tool_call_success"]),
         "measured_steps": len(steps),
+        **checked,
     }
 
 
-def main(argv=None) -> dict:
+def arguments(argv=None) -> argparse.Namespace:
+    """The command line, with the torch settings and the experiment's environment limits added."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--base", help="the model folder both sides start from (default: agent_tools' base, trained here)"
     )
     p.add_argument("--base-overrides", nargs="*", default=[], help="extra overrides of the base's training")
-    p.add_argument("--base-tag", default="default", help="names the cached base folder (with its overrides)")
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--generations", type=int, default=8)
@@ -310,6 +348,8 @@ def main(argv=None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     common_arguments(p, sizes=False)
     args = p.parse_args(argv)
+    if args.warmup < 1:
+        p.error("--warmup must be >= 1: the warm-up step is where TRL's episodes are checked against ours")
     args.settings = settings_from(args)
     # the experiment's environment limits (toolbox/configs/experiment/agent_grpo.yaml)
     from toolbox.experiment import load_config
@@ -317,6 +357,11 @@ def main(argv=None) -> dict:
     cfg = load_config(["experiment=agent_grpo", "model.path=x", "tokenizer.path=x"])
     args.env = {"max_turns": int(cfg.trainer.env.max_turns), "max_tokens": int(cfg.trainer.env.max_tokens)}
     args.max_reply_tokens = int(cfg.trainer.max_reply_tokens)
+    return args
+
+
+def main(argv=None) -> dict:
+    args = arguments(argv)
     report = Report("agent_grpo_vs_trl", args, args.settings)
     base = base_model(args)
     report.add("base", base)
