@@ -126,6 +126,21 @@ def base_model(args) -> str:
     return str(folder / "model")
 
 
+def base_eval(args, base: str) -> dict[str, float]:
+    """The base's held-out numbers, by the evaluator that scores both trained models."""
+    from toolbox.eval.tool_calls import ToolCalls
+    from toolbox.experiment import ExperimentBuilder, load_config
+
+    args.settings.apply()
+    parts = ExperimentBuilder.from_config(
+        load_config(_overrides(args, base, "agent_grpo", tempfile.mkdtemp()))
+    ).build()
+    try:
+        return ToolCalls(max_examples=args.eval_problems)(parts)
+    finally:
+        parts.trainer.teardown()
+
+
 def _overrides(args, base: str, trainer: str, run_dir: str) -> list[str]:
     common = [
         "experiment=agent_grpo",
@@ -366,6 +381,8 @@ def main(argv=None) -> dict:
     base = base_model(args)
     report.add("base", base)
     report.add("environment", {**args.env, "max_reply_tokens": args.max_reply_tokens})
+    start = base_eval(args, base)
+    report.add("base_heldout", start)
     tmp = tempfile.mkdtemp(prefix="agent_grpo_bench_")
     count = iter(range(10**6))
     sides = {
@@ -379,13 +396,21 @@ def main(argv=None) -> dict:
         "vs_trl": rounds.ratio("toolbox", "trl", "sec_per_step", higher_is_better=False),
         "vs_trl_cpu": rounds.ratio("toolbox", "trl", "cpu_sec_per_step", higher_is_better=False),
     }
+    summary = rounds.summary()
+
+    def both(figure: str) -> str:
+        return " vs TRL ".join(f"{summary[side][figure]['median']:.3f}" for side in ("toolbox", "trl"))
+
     row = {
-        "title": f"agent GRPO with a calculator tool, agent_tools' model, {args.prompts} problems x "
-        f"{args.generations} episodes, up to {args.env['max_turns']} replies",
+        "title": f"agent GRPO with a calculator tool from agent_tools' base, {args.prompts} problems x "
+        f"{args.generations} episodes of up to {args.env['max_turns']} replies, {args.steps} steps after "
+        f"{args.warmup} warm-up; training reward of the last {args.tail} steps: ours {both('reward_tail')}; "
+        f"held-out answer accuracy after them: ours {both('heldout_answer_accuracy')} "
+        f"(the base: {start['eval/answer_accuracy']:.3f})",
         "figure": "steps_per_s",
         "unit": "steps/s",
-        "peers": {"trl": "TRL GRPOTrainer(tools=)"},
-        "goal": "-",
+        "peers": {"trl": "TRL GRPOTrainer(tools=[calculator])"},
+        "goal": "none set (issue 33: measured beside TRL)",
     }
     return report.finish(rounds, ratios, row)
 

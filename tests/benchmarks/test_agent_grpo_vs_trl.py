@@ -92,16 +92,29 @@ def conversations():
 
 
 def test_trl_refuses_our_template_and_takes_the_scripts(base):
-    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+    """The two refusals examples/agent_tools/README.md quotes, from the installed TRL's source and
+    behaviour: our template renders no tool calls; a template TRL does not know needs a parser."""
+    from trl import chat_template_utils
+    from trl.chat_template_utils import (
+        add_response_schema,
+        is_chat_template_prefix_preserving,
+        supports_tool_calling,
+    )
     from trl.trainer import grpo_trainer
 
     _, tokenizer = base
-    assert REFUSAL in inspect.getsource(grpo_trainer.GRPOTrainer.__init__)  # the README's quoted line
-    assert "if not supports_tool_calling(processing_class):" in inspect.getsource(
-        grpo_trainer.GRPOTrainer.__init__
-    )
+    init = inspect.getsource(grpo_trainer.GRPOTrainer.__init__)
+    assert "if not supports_tool_calling(processing_class):" in init and REFUSAL in init
+    assert "processing_class = add_response_schema(processing_class)" in init
+    assert "Unrecognized chat template" in inspect.getsource(chat_template_utils.add_response_schema)
     assert not supports_tool_calling(tokenizer)  # ours renders only content: TRL refuses it
-    assert supports_tool_calling(hermes(tokenizer)) and is_chat_template_prefix_preserving(hermes(tokenizer))
+    template_only = copy.deepcopy(tokenizer)
+    template_only.chat_template = bench.HERMES_TEMPLATE
+    assert supports_tool_calling(template_only) and is_chat_template_prefix_preserving(template_only)
+    with pytest.raises(ValueError, match="Unrecognized chat template"):
+        add_response_schema(template_only)  # what GRPOTrainer calls without a response_template
+    # ... which GRPOTrainer skips for a tokenizer that has one (the script's)
+    assert 'has_template = getattr(self._tokenizer, "response_template", None) is not None' in init
 
 
 def test_the_template_renders_every_turn_as_our_server(base):
