@@ -133,7 +133,7 @@ def base_eval(args, base: str) -> dict[str, float]:
 
     args.settings.apply()
     parts = ExperimentBuilder.from_config(
-        load_config(_overrides(args, base, "agent_grpo", tempfile.mkdtemp()))
+        load_config(_overrides(args, base, "agent_grpo", tempfile.mkdtemp(), args.seed))
     ).build()
     try:
         return ToolCalls(max_examples=args.eval_problems)(parts)
@@ -141,14 +141,14 @@ def base_eval(args, base: str) -> dict[str, float]:
         parts.trainer.teardown()
 
 
-def _overrides(args, base: str, trainer: str, run_dir: str) -> list[str]:
+def _overrides(args, base: str, trainer: str, run_dir: str, seed: int) -> list[str]:
     common = [
         "experiment=agent_grpo",
         f"model.path={base}",
         f"tokenizer.path={base}",
         "callbacks=none",
         "device=cpu",
-        f"seed={args.seed}",
+        f"seed={seed}",
         *args.settings.overrides(),
         f"trainer.max_steps={args.warmup + args.steps}",
         f"trainer.prompts_per_step={args.prompts}",
@@ -247,20 +247,31 @@ def _trl_trainer(args, t):
 
 
 def rendered_as_ours(t, prompts: list, generated: tuple) -> dict[str, int]:
-    """How many of TRL's episodes (prompt ids + completion ids, decoded) are the text our chat
-    rendering gives their conversation (question, calls, the tool's replies, answer), as
-    ``toolbox.rl.episodes`` would hold them."""
+    """How many of TRL's episodes hold the tokens ours would: the opening prompt's ids and, after each
+    of the model's replies (the model's own tokens on both sides), the ids our runner appends for the
+    environment's messages (``toolbox.rl.episodes``: the template's text for the tool's replies and
+    the next generation prompt, tokenized on its own)."""
     import json
 
     from toolbox.data.datasets.chat import Chat
     from toolbox.data.sources.arithmetic_tools import TOOLS
 
     chat = Chat(t.tokenizer, max_length=1 << 30)
-    prompt_ids, completion_ids, _, completions = generated[:4]
+    prompt_ids, completion_ids, tool_mask, completions = generated[:4]
     same = 0
     for i, messages in enumerate(completions):
-        conversation = [dict(prompts[i][0])]
-        for m in messages:
+        conversation = [dict(m) for m in prompts[i]]
+        opening = chat.encode(chat.render(conversation, add_generation_prompt=True, tools=TOOLS))
+        pieces, tools = [], []
+        for m in [*messages, {"role": "end"}]:
+            if m["role"] == "tool":
+                tools.append({"role": "tool", "content": m["content"]})
+                continue
+            if tools:  # the environment's turn after the last reply: our runner's piece
+                through = chat.render(conversation, tools=TOOLS)
+                following = chat.render([*conversation, *tools], add_generation_prompt=True, tools=TOOLS)
+                pieces.append(chat.encode(following[len(through) :]))
+                conversation, tools = [*conversation, *tools], []
             m = dict(m)
             if m.get("tool_calls"):
                 m["tool_calls"] = [
@@ -269,17 +280,20 @@ def rendered_as_ours(t, prompts: list, generated: tuple) -> dict[str, int]:
                     for c in m["tool_calls"]
                 ]  # fmt: skip
             conversation.append(m)
-        ours = chat.render(conversation, tools=TOOLS)
-        theirs = t.tokenizer.decode(prompt_ids[i] + completion_ids[i])
-        same += ours.startswith(theirs)  # (a reply cut at the limit ends before the template's eos)
+        runs, previous = [], 1  # TRL's environment tokens: the runs where its tool mask is 0
+        for token, mask in zip(completion_ids[i], tool_mask[i], strict=True):
+            if mask == 0:
+                runs.append([token]) if previous else runs[-1].append(token)
+            previous = mask
+        same += list(prompt_ids[i]) == opening and runs == pieces
     return {"checked_episodes": len(completions), "checked_rendered_as_ours": same}
 
 
-def _run(args, base: str, trainer: str, run_dir: str, curves: list) -> dict:
+def _run(args, base: str, trainer: str, run_dir: str, seed: int, curves: list) -> dict:
     from toolbox.core.events import Event
     from toolbox.experiment import ExperimentBuilder, load_config
 
-    parts = ExperimentBuilder.from_config(load_config(_overrides(args, base, trainer, run_dir))).build()
+    parts = ExperimentBuilder.from_config(load_config(_overrides(args, base, trainer, run_dir, seed))).build()
     t = parts.trainer
     stamps: list[float] = [time.perf_counter()]
     cpu: list[float] = [time.process_time()]
@@ -329,7 +343,7 @@ def _run(args, base: str, trainer: str, run_dir: str, curves: list) -> dict:
     steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)][args.warmup :]
     cpu_steps = [b - a for a, b in zip(cpu, cpu[1:], strict=False)][args.warmup :]
     tail = rewards[-args.tail :]
-    curves.append({"side": "toolbox" if trainer == "agent_grpo" else "trl", "rewards": rewards})
+    curves.append({"side": "toolbox" if trainer == "agent_grpo" else "trl", "seed": seed, "rewards": rewards})
     return {
         "sec_per_step": statistics.median(steps),
         "steps_per_s": 1.0 / statistics.median(steps),
@@ -360,7 +374,9 @@ def arguments(argv=None) -> argparse.Namespace:
         "--tail", type=int, default=5, help="the training reward is averaged over the last this many steps"
     )
     p.add_argument("--eval-problems", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="the base's seed and the first round's (round r: seed + r)"
+    )
     common_arguments(p, sizes=False)
     args = p.parse_args(argv)
     if args.warmup < 1:
@@ -384,11 +400,17 @@ def main(argv=None) -> dict:
     start = base_eval(args, base)
     report.add("base_heldout", start)
     tmp = tempfile.mkdtemp(prefix="agent_grpo_bench_")
-    count = iter(range(10**6))
-    sides = {
-        "toolbox": lambda: _run(args, base, "agent_grpo", f"{tmp}/ours{next(count)}", curves),
-        "trl": lambda: _run(args, base, "trl_grpo", f"{tmp}/trl{next(count)}", curves),
-    }
+
+    def side(trainer: str):
+        numbers = iter(range(args.rounds))
+
+        def run() -> dict:  # round r trains with seed + r, on both sides
+            r = next(numbers)
+            return _run(args, base, trainer, f"{tmp}/{trainer}{r}", args.seed + r, curves)
+
+        return run
+
+    sides = {"toolbox": side("agent_grpo"), "trl": side("trl_grpo")}
     curves: list[dict] = []
     rounds = Rounds(sides, args.settings, args.rounds).run()
     report.add("training_rewards", curves)  # each round's reward per step, in the order they ran
@@ -404,9 +426,9 @@ def main(argv=None) -> dict:
     row = {
         "title": f"agent GRPO with a calculator tool from agent_tools' base, {args.prompts} problems x "
         f"{args.generations} episodes of up to {args.env['max_turns']} replies, {args.steps} steps after "
-        f"{args.warmup} warm-up; training reward of the last {args.tail} steps: ours {both('reward_tail')}; "
-        f"held-out answer accuracy after them: ours {both('heldout_answer_accuracy')} "
-        f"(the base: {start['eval/answer_accuracy']:.3f})",
+        f"{args.warmup} warm-up, round r with seed {args.seed} + r; medians over the rounds: training "
+        f"reward of the last {args.tail} steps ours {both('reward_tail')}, held-out answer accuracy "
+        f"after them ours {both('heldout_answer_accuracy')} (the base: {start['eval/answer_accuracy']:.3f})",
         "figure": "steps_per_s",
         "unit": "steps/s",
         "peers": {"trl": "TRL GRPOTrainer(tools=[calculator])"},

@@ -218,7 +218,7 @@ def test_both_trainers_roll_out_the_same_episodes_of_one_scripted_agent(base, tm
     args.settings.apply()
     found = {}
     for side in ("agent_grpo", "trl_grpo"):
-        overrides = [*bench._overrides(args, path, side, str(tmp_path / side)), "data.source.num_train=8"]
+        overrides = [*bench._overrides(args, path, side, str(tmp_path / side), 0), "data.source.num_train=8"]
         parts = ExperimentBuilder.from_config(load_config(overrides)).build()
         found[side] = ours_rewards(parts) if side == "agent_grpo" else trl_rewards(args, parts)
     ours, theirs = found["agent_grpo"], found["trl_grpo"]
@@ -241,7 +241,8 @@ def test_the_script_writes_both_sides(base, tmp_path):
             assert 0 <= figures["reward_tail"] <= 1 and 0 <= figures["heldout_answer_accuracy"] <= 1
     for figures in data["each_round"]["trl"]:
         assert figures["checked_rendered_as_ours"] == figures["checked_episodes"] == 4
-    assert [c["side"] for c in data["training_rewards"]] == ["toolbox", "trl", "trl", "toolbox"]
+    curves = [(c["side"], c["seed"]) for c in data["training_rewards"]]
+    assert curves == [("toolbox", 0), ("trl", 0), ("trl", 1), ("toolbox", 1)]  # round r: seed r
     assert (
         data["ratios"]["vs_trl"]["min"]
         <= data["ratios"]["vs_trl"]["median"]
