@@ -24,16 +24,22 @@ TRL, as ``trainer=trl_grpo`` does).
   ``content``; ``GRPOTrainer.__init__`` raises "The provided chat template does not support tool
   calling") and a ``response_template`` to parse the replies: ``HERMES_TEMPLATE`` writes the same
   text our server's rendering does (``toolbox.data.hermes.calls.template_messages``: the tools as a
-  ``<tools>`` system message, calls as ``<tool_call>`` blocks) and the script checks that TRL's
-  prompt ids are ours before it trains. The reward function is the environment's: 1.0 when the last
-  message is an answer (no call, not cut at the reply limit) whose last integer is the answer.
+  ``<tools>`` system message, calls as ``<tool_call>`` blocks). The script checks that TRL's prompt
+  ids are ours before it trains, and on the warm-up step that every TRL episode holds our runner's
+  tokens (``checked_rendered_as_ours`` of ``checked_episodes``). The reward function is the
+  environment's: 1.0 when the last message is an answer (no call, not cut at the reply limit) whose
+  last integer is the answer.
 
-Reported per side: seconds per step (median over the measured steps, wall and CPU), the mean
-training reward of the last ``--tail`` steps, and the trained model's held-out answer accuracy and
-tool-call success (the ``tool_calls`` evaluator: 200 held-out problems, greedy, scored as the agent
-scores them), over alternating rounds under the same process-wide torch settings
-(benchmarks/harness). Each side samples with its own random streams and draws the problems in its
-own order, so the rewards differ by sampling noise as well. One JSON object.
+Reported per side: seconds per step (median over the measured steps, wall and CPU), the rollout's
+seconds per step, tool calls per episode, the mean training reward of the last ``--tail`` steps,
+and the trained model's held-out answer accuracy and tool-call success (the ``tool_calls``
+evaluator: ``--eval-problems`` held-out problems, greedy, scored as the agent scores them; the
+base's own numbers beside them), over alternating rounds under the same process-wide torch
+settings (benchmarks/harness). Round r trains both sides with seed ``--seed`` + r: each side
+samples with its own random streams and draws the problems in its own order, so the rewards differ
+by sampling noise as well (a seed rerun repeats its rewards exactly), and the rounds give the
+rewards over seeds while the timing stays paired. One JSON object; ``training_rewards`` holds every
+round's reward per step.
 """
 
 from __future__ import annotations
@@ -171,7 +177,7 @@ def _overrides(args, base: str, trainer: str, run_dir: str, seed: int) -> list[s
     ]
 
 
-def reward_fn(args, eos_ids: set[int]):
+def reward_fn(eos_ids: set[int]):
     """The calculator environment's reward on TRL's completions (lists of messages)."""
     from toolbox.data.sources.arithmetic_tools import final_answer
 
@@ -192,7 +198,6 @@ def _trl_trainer(args, t):
     import copy
 
     import datasets
-    import torch
     from transformers import PrinterCallback
     from trl import GRPOTrainer as TRLTrainer
 
@@ -233,7 +238,7 @@ def _trl_trainer(args, t):
     eos = {int(tokenizer.eos_token_id)}
     trainer = TRLTrainer(
         model=t.model,
-        reward_funcs=[reward_fn(args, eos)],
+        reward_funcs=[reward_fn(eos)],
         args=config,
         train_dataset=datasets.Dataset.from_list(rows),
         processing_class=tokenizer,
@@ -242,7 +247,6 @@ def _trl_trainer(args, t):
         tools=[calculator],
     )
     trainer.remove_callback(PrinterCallback)
-    del torch
     return trainer
 
 
