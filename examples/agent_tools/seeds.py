@@ -149,12 +149,6 @@ def run_point(seed: int, forward: str, out: Path, run: str = "agent_sft", forwar
         write_point(folder, repo, record, done.returncode == 0, expect, command)
     else:
         write_run_point(folder, repo, run, record, expect, command)
-        start = out / label  # the chain's agent_sft, trained in this run (its minutes are in run's)
-        if not (start / "eval.json").is_file() and (repo / "work" / "agent_sft" / "check.json").is_file():
-            check = json.loads((repo / "work" / "agent_sft" / "check.json").read_text())
-            config = yaml_runs(repo)["agent_sft"]
-            write_point(start, repo, {**record, "minutes": None, "via": run}, check["passed"],
-                        config.get("expect") or {}, command)  # fmt: skip
 
 
 def yaml_runs(repo: Path) -> dict:
