@@ -1,23 +1,31 @@
 """The agent loop of config/config.yaml (agent_base -> agent run -> traces -> agent_sft -> eval ->
-check) over seeds and ``trainer.forward``, each point a ``snakemake -c2 results/agent_sft/`` of its
-own copy of this checkout, collected as a perturbation matrix for ``toolbox report``.
+check, and on to agent_grpo with ``--run agent_grpo``) over seeds and ``trainer.forward``, each
+point a ``snakemake -c2 results/<run>/`` of its own copy of this checkout, collected as a
+perturbation matrix for ``toolbox report``.
 
     python examples/agent_tools/seeds.py --seeds 0-2 --forwards lean,exact --out work/agent_matrix
     toolbox report --matrix work/agent_matrix --expect-run agent_sft \\
         --into examples/agent_tools/README.md --block agent-matrix
+    python examples/agent_tools/seeds.py --run agent_grpo --seeds 0-2 --out work/agent_matrix
+    toolbox report --matrix work/agent_matrix/agent_grpo --expect-run agent_grpo \\
+        --into examples/agent_tools/README.md --block agent-grpo-matrix
 
 A point ``s<seed>-<forward>`` copies the files git tracks (and untracked ones it does not ignore)
-into ``<out>/<label>/repo``, adds ``seed=<seed>`` and ``trainer.forward=<forward>`` to the
-overrides of both runs in its ``config/config.yaml`` (the other seeds of the README are this and
-nothing else), and runs the workflow there (``nice``, one torch thread per job as the runs
-declare). It writes ``<label>/eval.json`` (``results/agent_sft/agent_eval.json``: ``eval/<metric>``
-after training on the traces, ``before/<metric>`` the base, ``gain/<metric>``) and ``run.json``
-(seed, forward, wall minutes, the load average at start and end, the base's stopping step, the
-dataset's rows, and agent_sft's ``expect:``). A point with an eval.json is not run again; an
-interrupted one (its copy there, no eval.json) is resumed in its copy: files that changed in the
-checkout are copied again, Snakemake is unlocked and reruns what is incomplete or out of date (a
-train job continues from its last checkpoint), and ``minutes`` adds the earlier attempts' wall
-time (each Snakemake log's start to its last write) to this one's.
+into ``<out>/<label>/repo`` (one copy per point, shared by the runs of the chain: agent_grpo's
+point starts from the agent_sft already trained there), adds ``seed=<seed>`` to the overrides of
+every run of the chain and ``trainer.forward=<forward>`` to those whose trainer has the field (the
+supervised ones: agent_grpo's forward is its start's) in its ``config/config.yaml`` (the other seeds
+of the README are this and nothing else), and runs the workflow there (``nice``, one torch thread
+per job as the runs declare). For agent_sft it writes ``<label>/eval.json``
+(``results/agent_sft/agent_eval.json``: ``eval/<metric>`` after training on the traces,
+``before/<metric>`` the base, ``gain/<metric>``) and ``run.json`` (seed, forward, wall minutes, the
+load average at start and end, the base's stopping step, the dataset's rows, and agent_sft's
+``expect:``); for a later run ``<run>/<label>/eval.json`` (the run's eval.json: ``before/`` is the
+model it starts from) and ``run.json`` (the same record, its steps and its check). A point with an
+eval.json is not run again; an interrupted one (its copy there, no eval.json) is resumed in its
+copy: files that changed in the checkout are copied again, Snakemake is unlocked and reruns what
+is incomplete or out of date (a train job continues from its last checkpoint), and ``minutes``
+adds the earlier attempts' wall time (each Snakemake log's start to its last write) to this one's.
 
 agent.py's paired comparison of the two models on the same held-out problems (problems won and
 lost, the gain's standard error) becomes ``gain/<metric>_won``, ``_lost`` and ``_se``; ``--paired``
@@ -38,10 +46,24 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = ("agent_base", "agent_sft")
-
-
 CONFIG = "config/config.yaml"
+
+
+def chain(runs: dict, run: str) -> list[str]:
+    """run and the runs it starts from (``init_from``) or trains on the traces of
+    (``data_from_traces``), transitively, upstream first."""
+    entry = runs[run]
+    ups = [u for u in (entry.get("init_from"), entry.get("data_from_traces")) if u]
+    order = [r for u in ups for r in chain(runs, u)]
+    return [*dict.fromkeys([*order, run])]
+
+
+def has_forward(runs: dict, run: str) -> bool:
+    """Whether the run's trainer has a ``forward`` field (supervised trainers do; GRPO does not)."""
+    from toolbox.experiment.compose import load_config
+
+    cfg = load_config([f"experiment={runs[run]['experiment']}", *(runs[run].get("overrides") or [])])
+    return "forward" in cfg.trainer
 
 
 def copy_checkout(dest: Path) -> None:
@@ -57,20 +79,22 @@ def copy_checkout(dest: Path) -> None:
             shutil.copy2(src, out)
 
 
-def configure(repo: Path, seed: int, forward: str) -> dict:
-    """The checkout's config with the point's overrides added to both runs, written into repo when
-    it differs; return agent_sft's expect:."""
+def configure(repo: Path, seed: int, forward: str, run: str, forwards: set[str]) -> dict:
+    """The checkout's config with the point's overrides added to every run of run's chain
+    (``seed=``; ``trainer.forward=`` to those in forwards, the runs whose trainer has the field),
+    written into repo when it differs; return run's expect:."""
     import yaml
 
     config = yaml.safe_load((ROOT / CONFIG).read_text())
-    for run in RUNS:
-        entry = config["runs"][run]
-        entry["overrides"] = [*(entry.get("overrides") or []), f"seed={seed}", f"trainer.forward={forward}"]
+    for name in chain(config["runs"], run):
+        entry = config["runs"][name]
+        added = [f"seed={seed}", *([f"trainer.forward={forward}"] if name in forwards else [])]
+        entry["overrides"] = [*(entry.get("overrides") or []), *added]
     text, path = yaml.safe_dump(config, sort_keys=False), repo / CONFIG
     if not (path.is_file() and path.read_text() == text):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return config["runs"]["agent_sft"].get("expect") or {}
+    return config["runs"][run].get("expect") or {}
 
 
 def attempt_minutes(repo: Path) -> list[float]:
@@ -92,34 +116,68 @@ def attempt_minutes(repo: Path) -> list[float]:
     return minutes
 
 
-def run_point(seed: int, forward: str, out: Path) -> None:
-
-    folder = out / f"s{seed}-{forward}"
+def run_point(seed: int, forward: str, out: Path, run: str = "agent_sft", forwards: frozenset = frozenset()) -> None:
+    """One point: ``snakemake -c2 results/<run>/`` in the point's copy ``<out>/s<seed>-<forward>/repo``
+    (shared by every run of the chain: agent_grpo's point finds agent_sft's done there)."""
+    label = f"s{seed}-{forward}"
+    folder = out / label if run == "agent_sft" else out / run / label
     if (folder / "eval.json").is_file():
         return
-    repo = folder / "repo"
+    repo = out / label / "repo"
     earlier = attempt_minutes(repo)  # an interrupted point is resumed in its copy
     copy_checkout(repo)
-    expect = configure(repo, seed, forward)
+    expect = configure(repo, seed, forward, run, forwards)
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_WAIT_POLICY": "PASSIVE"}
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    target = f"results/{run}/"
     if earlier:  # a killed Snakemake leaves its lock
-        subprocess.run(["snakemake", "--unlock", "results/agent_sft/"], cwd=repo, env=env, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(["snakemake", "--unlock", target], cwd=repo, env=env, check=True, capture_output=True)
     load, start = os.getloadavg()[0], time.perf_counter()
+    folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "snakemake.log", "a" if earlier else "w") as log:
-        command = ["snakemake", "-c2", "--keep-going", "--rerun-incomplete", "results/agent_sft/"]
+        command = ["snakemake", "-c2", "--keep-going", "--rerun-incomplete", target]
         done = subprocess.run(["nice", "-n", "10", *command], cwd=repo, env=env, stdout=log,
                               stderr=subprocess.STDOUT)  # fmt: skip
     minutes = round((time.perf_counter() - start) / 60 + sum(earlier), 1)
-    scored = repo / "work" / "agent_sft" / "agent_eval.json"
+    scored = repo / "work" / run / ("agent_eval.json" if run == "agent_sft" else "eval.json")
     if not scored.is_file():  # (a failed check leaves it: the point is recorded and fails its expect)
-        raise RuntimeError(
-            f"point {folder.name}: snakemake exited {done.returncode}; see {folder / 'snakemake.log'}"
-        )
+        raise RuntimeError(f"point {label}: snakemake exited {done.returncode}; see {folder / 'snakemake.log'}")
     record = {"seed": seed, "forward": forward, "minutes": minutes, "attempts": len(earlier) + 1,
               "load_start": round(load, 1), "load_end": round(os.getloadavg()[0], 1)}  # fmt: skip
-    write_point(folder, repo, record, done.returncode == 0, expect, "python examples/agent_tools/seeds.py")
+    command = f"python examples/agent_tools/seeds.py --run {run}"
+    if run == "agent_sft":
+        write_point(folder, repo, record, done.returncode == 0, expect, command)
+    else:
+        write_run_point(folder, repo, run, record, expect, command)
+
+
+def yaml_runs(repo: Path) -> dict:
+    """The runs of repo's config/config.yaml."""
+    import yaml
+
+    return yaml.safe_load((repo / CONFIG).read_text())["runs"]
+
+
+def write_run_point(folder: Path, repo: Path, run: str, record: dict, expect: dict, command: str) -> None:
+    """A run after agent_sft (agent_grpo): its eval.json (``eval/``, ``before/`` the model it starts
+    from, ``gain/``) and run.json (record, the check, the steps trained)."""
+    from toolbox.core.atomic import atomic_write_text
+
+    work = repo / "work" / run
+    check = work / "check.json"
+    steps = [json.loads(line).get("step") for line in (work / "train" / "metrics.jsonl").open()]
+    record = {
+        "name": run,
+        **record,
+        "steps": max(s for s in steps if s is not None),
+        "check": "passed" if check.is_file() and json.loads(check.read_text())["passed"] else "failed",
+        "expect": expect,
+        "command": command,
+    }
+    atomic_write_text(folder / "run.json", json.dumps(record, indent=2) + "\n")
+    metrics = json.loads((work / "eval.json").read_text())
+    atomic_write_text(folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")  # last: done
+    print(f"{run} {folder.name}: {metrics} ({record['minutes']} min)", flush=True)
 
 
 def write_point(folder: Path, repo: Path, record: dict, passed: bool, expect: dict, command: str) -> None:
@@ -198,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     from toolbox.results.matrix import parse_seeds
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", default="agent_sft", help="the run whose eval each point reports (agent_sft, agent_grpo)")
     p.add_argument("--seeds", default="0-2")
     p.add_argument("--forwards", default="lean,exact")
     p.add_argument("--out", default="work/agent_matrix")
@@ -220,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.checkout:
         import yaml
 
-        config = yaml.safe_load((ROOT / CONFIG).read_text())["runs"]
+        config = yaml_runs(ROOT)
         train = yaml.safe_load((ROOT / "work" / "agent_sft" / "config" / "train.yaml").read_text())
         check = json.loads((ROOT / "work" / "agent_sft" / "check.json").read_text())
         record = {"seed": train.get("seed", 0), "forward": train["trainer"]["forward"], "minutes": a.minutes,
@@ -233,8 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             if (out / f"s{s}-{f}" / "eval.json").is_file():
                 add_paired(out / f"s{s}-{f}")
         return 0
+    runs = yaml_runs(ROOT)
+    forwards = frozenset(r for r in chain(runs, a.run) if has_forward(runs, r))  # (Hydra: not in threads)
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
-        for future in [pool.submit(run_point, s, f, out) for s, f in points]:
+        for future in [pool.submit(run_point, s, f, out, a.run, forwards) for s, f in points]:
             future.result()
     return 0
 

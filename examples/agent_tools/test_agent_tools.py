@@ -182,16 +182,28 @@ def test_seeds_configures_a_point_and_resumes_it(tmp_path):
 
     import yaml
 
-    expect = seeds.configure(tmp_path, 2, "exact")
+    forwards = frozenset({"agent_base", "agent_sft"})
+    expect = seeds.configure(tmp_path, 2, "exact", "agent_sft", forwards)
     path = tmp_path / "config" / "config.yaml"
     runs = yaml.safe_load(path.read_text())["runs"]
     for run in ("agent_base", "agent_sft"):
         assert runs[run]["overrides"][-2:] == ["seed=2", "trainer.forward=exact"]
     assert expect["gain/tool_call_success"] == {"min": 0.1}
+    assert "seed=2" not in runs["agent_grpo"]["overrides"]  # not in agent_sft's chain
     os.utime(path, (0, 0))  # unchanged: not written again (Snakemake would rerun everything)
-    seeds.configure(tmp_path, 2, "exact")
+    seeds.configure(tmp_path, 2, "exact", "agent_sft", forwards)
     assert path.stat().st_mtime == 0
-    seeds.configure(tmp_path, 1, "exact")
+    # agent_grpo's chain: the seed everywhere, the forward only where the trainer has the field
+    # (GRPO's has none: composing trainer.forward= there would fail)
+    original = yaml.safe_load((seeds.ROOT / seeds.CONFIG).read_text())["runs"]
+    assert seeds.chain(original, "agent_grpo") == ["agent_base", "agent_sft", "agent_grpo"]
+    assert [seeds.has_forward(original, r) for r in ("agent_sft", "agent_grpo")] == [True, False]
+    expect = seeds.configure(tmp_path, 2, "exact", "agent_grpo", forwards)
+    runs = yaml.safe_load(path.read_text())["runs"]
+    assert runs["agent_sft"]["overrides"][-2:] == ["seed=2", "trainer.forward=exact"]
+    assert runs["agent_grpo"]["overrides"][-1:] == ["seed=2"]
+    assert expect == original["agent_grpo"]["expect"]
+    seeds.configure(tmp_path, 1, "exact", "agent_sft", forwards)
     assert path.stat().st_mtime > 0 and "seed=1" in path.read_text()
     # an interrupted attempt: its Snakemake log started 12:00:00 and was last written 12:10:00;
     # the killed job wrote under work/ until 12:15:00

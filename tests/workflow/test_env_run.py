@@ -36,6 +36,12 @@ def test_env_run_trains_without_evaluators_and_evaluates_its_own_episodes():
     assert evaluation["eval"] == ENV_RUN["eval"] and evaluation["env"] == ENV_RUN["env"]
     data_run = {**ENV_RUN, "env": None, "data": DEFAULTS["data"]}  # a data run keeps the default eval
     assert slice_config.slice_config(data_run, DEFAULTS, "train")["eval"] == DEFAULTS["eval"]
+    # agent_grpo's text environment (trainer.env): its prompt-only tasks have no reference
+    # completion for the default perplexity (training failed at its first in-training eval)
+    text_env = {**data_run, "trainer": {"name": "agent_grpo", "env": {"name": "calculator"}},
+                "eval": {"perplexity": None, "tool_calls": {"name": "tool_calls"}}}  # fmt: skip
+    assert slice_config.slice_config(text_env, DEFAULTS, "train")["eval"] is None
+    assert slice_config.slice_config(text_env, DEFAULTS, "eval")["eval"] == text_env["eval"]
 
 
 @pytest.mark.slow

@@ -20,8 +20,10 @@ train  everything but ``eval`` and ``resume_from`` (in-training evaluation runs 
        ``early_stopping``: its monitor may be a metric only the run's own evaluators give)
 eval   seed, device, deterministic, data, objective, precision, strategy, engine, eval, env
        (+ run_dir; model and tokenizer are the trained model's, data.source the data stage's)
-       An environment run (``env:`` set) trains with ``eval: null``: the default evaluators
-       score held-out data it has none of; its eval stage plays the run's own episodes.
+       An environment run (``env:`` set, or ``trainer.env:``: agent_grpo's text environment)
+       trains with ``eval: null``: the default evaluators score held-out data it has none of (a
+       gym run has no records; a text environment's are prompt-only tasks, no reference
+       completion); its eval stage plays the run's own episodes.
 =====  =====================================================================================
 
 Only PyYAML is imported (no toolbox, no torch): it takes a few tens of milliseconds. Each file is
@@ -80,11 +82,17 @@ def slice_config(full: dict[str, Any], defaults: dict[str, Any], stage: str) -> 
             out[key] = full[key]
         elif key in defaults:
             out[key] = defaults[key]
-    if stage == "train" and full.get("env") is not None:
+    if stage == "train" and environment_run(full):
         # an environment run: the default evaluators score held-out data it does not have, so
         # training evaluates nothing and the eval stage plays the run's own episodes
         out["eval"] = None
     return out
+
+
+def environment_run(full: dict[str, Any]) -> bool:
+    """A run that learns from an environment: a gym ``env:`` or a trainer's text ``env:``."""
+    trainer = full.get("trainer") or {}
+    return full.get("env") is not None or (isinstance(trainer, dict) and trainer.get("env") is not None)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
