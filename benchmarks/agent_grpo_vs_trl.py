@@ -1,14 +1,15 @@
 """Our agent_grpo trainer vs TRL's GRPOTrainer with tools: the calculator task, one model, the same GRPO settings.
 
     python benchmarks/agent_grpo_vs_trl.py [--base DIR] [--steps 30] [--warmup 2] [--prompts 8]
-        [--generations 8] [--rounds 3] [--out F]
+        [--generations 8] [--lr 5e-5] [--rounds 3] [--out F]
 
 The task is examples/agent_tools' (``experiment=agent_grpo``): word problems of the
 ``arithmetic_tools`` source with agent_tools' settings, a ``calculator`` tool, reward 1 when the
 final answer's last integer is the answer. Both sides start every round from the same model folder
 (``--base``; by default the agent_tools base this script trains first with ``toolbox train
 experiment=agent_tools``, which stops once half its held-out first calls are right) and train it
-``--warmup + --steps`` GRPO steps with the experiment's settings: ``--prompts`` problems ×
+``--warmup + --steps`` GRPO steps with the experiment's settings but two (``--lr``, default 5e-5,
+on both sides, and no dynamic sampling, which TRL does not have): ``--prompts`` problems ×
 ``--generations`` episodes a step, at most ``max_turns`` replies of at most ``max_reply_tokens``
 tokens each and ``env.max_tokens`` tokens after the prompt, temperature 1, the objective's loss
 type, beta and clip range, one optimizer step per round, our optimizer and scheduler (handed to
@@ -156,6 +157,9 @@ def _overrides(args, base: str, trainer: str, run_dir: str, seed: int) -> list[s
         "device=cpu",
         f"seed={seed}",
         *args.settings.overrides(),
+        # the settings both sides were measured with, not the experiment's recipe: TRL has no
+        # dynamic sampling (DAPO), and lr is the one of benchmarks/results/agent_grpo_vs_trl.json
+        f"optimizer.lr={args.lr}",
         f"trainer.max_steps={args.warmup + args.steps}",
         f"trainer.prompts_per_step={args.prompts}",
         f"trainer.num_generations={args.generations}",
@@ -165,7 +169,7 @@ def _overrides(args, base: str, trainer: str, run_dir: str, seed: int) -> list[s
         f"run_dir={run_dir}",
     ]
     if trainer == "agent_grpo":
-        return [*common, "trainer.traces=null"]
+        return [*common, "trainer.traces=null", "trainer.dynamic_sampling=false"]
     # trl_grpo: every GRPO setting of the experiment but the environment's, which the TRL side
     # passes itself (tools, reply limit, turns); its token budget is TRL's max_completion_length
     return [
@@ -173,6 +177,8 @@ def _overrides(args, base: str, trainer: str, run_dir: str, seed: int) -> list[s
         "trainer=trl_grpo",
         "~trainer.env",
         "~trainer.max_reply_tokens",
+        "~trainer.dynamic_sampling",
+        "~trainer.max_sampling_draws",
         f"trainer.max_completion_length={args.env['max_tokens']}",
     ]
 
@@ -370,6 +376,7 @@ def arguments(argv=None) -> argparse.Namespace:
         "--base", help="the model folder both sides start from (default: agent_tools' base, trained here)"
     )
     p.add_argument("--base-overrides", nargs="*", default=[], help="extra overrides of the base's training")
+    p.add_argument("--lr", type=float, default=5e-5, help="both sides' learning rate")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--prompts", type=int, default=8)
