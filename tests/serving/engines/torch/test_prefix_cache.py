@@ -137,7 +137,7 @@ def test_the_budget_bounds_the_cache():
     assert len(cache) == 0 and cache.nbytes == 0
 
 
-def test_the_longest_entry_is_taken_once(engine_for, tokenizer):
+def test_the_longest_entry_is_taken_once_per_completion():
     cache = PrefixCache(budget_bytes=10**6)
     cache.put([1, 2], torch.zeros(1, 2, 1, 2, 1), generation=0)
     cache.put([1, 2, 3, 4], torch.zeros(1, 2, 1, 4, 1), generation=0)
@@ -145,6 +145,10 @@ def test_the_longest_entry_is_taken_once(engine_for, tokenizer):
     assert entry.tokens == (1, 2, 3, 4)
     cache.take(entry)
     assert cache.match([1, 2, 3, 4, 5]).tokens == (1, 2) and len(cache) == 1
+    cache.put([1, 2], torch.zeros(1, 2, 1, 2, 1), generation=0)  # a second completion ended the same way
+    for _ in range(2):
+        cache.take(cache.match([1, 2, 3]))
+    assert len(cache) == 0 and cache.nbytes == 0
 
 
 def test_sampled_turns_repeat_for_a_seed(engine_for, tokenizer):

@@ -10,8 +10,8 @@ every turn prefills the whole conversation again.
 When a completion finishes (a stop or its length; not an abort), the scheduler copies the keys and
 values of its ``cache_len`` positions (prompt + completion but the last token) out of its slot into
 an entry here, keyed by those tokens. When a request is admitted, the longest entry whose tokens are
-a prefix of its prompt is taken out of the cache (an entry is used once: the conversation that
-continues it finishes into a longer entry), copied into the request's slot, and only the rest of the
+a prefix of its prompt is taken out of the cache (an entry is used once, or once per completion that
+finished with the same tokens: the conversation that continues it finishes into a longer entry), copied into the request's slot, and only the rest of the
 prompt is prefilled after it (``SlotRunner.extend``, or ``prefill_at`` for a long rest prefilled in
 chunks). A prompt equal to an entry's tokens keeps all but its last position (the last token must
 run to give the first logits).
@@ -50,6 +50,7 @@ class CachedPrefix:
     tokens: tuple[int, ...]
     kv: torch.Tensor
     generation: int
+    copies: int = 1  # completions that finished with these same tokens (each takes it once)
 
     @property
     def nbytes(self) -> int:
@@ -85,8 +86,10 @@ class PrefixCache:
         return None
 
     def take(self, entry: CachedPrefix) -> CachedPrefix:
-        """Remove ``entry`` (found by ``match``) from the cache and return it."""
-        self._remove(entry.tokens)
+        """Take ``entry`` (found by ``match``) out of the cache (one of its copies) and return it."""
+        entry.copies -= 1
+        if entry.copies == 0:
+            self._remove(entry.tokens)
         return entry
 
     def put(self, tokens: Sequence[int], kv: torch.Tensor, generation: int) -> None:
@@ -95,8 +98,11 @@ class PrefixCache:
         entry = CachedPrefix(tuple(tokens), kv, generation)
         if entry.nbytes > self.budget_bytes or not entry.tokens:
             return
-        if entry.tokens in self.entries:
-            self._remove(entry.tokens)
+        held = self.entries.get(entry.tokens)
+        if held is not None:  # another completion ended with the same tokens: one more taker
+            held.copies += 1
+            self.entries.move_to_end(entry.tokens)
+            return
         while self.entries and self.nbytes + entry.nbytes > self.budget_bytes:
             self._remove(next(iter(self.entries)))
         self.entries[entry.tokens] = entry
