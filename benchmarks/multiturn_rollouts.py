@@ -20,11 +20,11 @@ prompt tokens it sent, how many of them the engine prefilled and how many its pr
 (``engine.stats()``; ``--prefix-cache-gib 0`` turns the cache off: every turn prefills the whole
 conversation again, the engine before the prefix cache).
 
-Sizes: ``agent`` (the default: a 2-layer Llama of width 128, 8 tasks x 8 episodes, 4 turns of ~24
-tokens) and ``tiny`` (width 64, 2 x 2 episodes, 3 turns of ~6 tokens: the test's). The sides run in
-alternating rounds under the same process-wide torch settings (benchmarks/harness); ratios
-multi / single of tokens per wall second (and per CPU second of the process, the engine thread
-included), round by round. ``chain_tokens``: the tokens one after another that bound a side's
+Sizes: ``agent`` (the default: a 2-layer Llama of width 128, 8 tasks x 8 episodes, 4 turns, the stop
+aimed at 24 tokens a reply: 16.5 on average as sampled) and ``tiny`` (width 64, 2 x 2 episodes, 3
+turns aimed at 6 tokens: the test's). The sides run in alternating rounds under the same
+process-wide torch settings (benchmarks/harness); ratios multi / single of tokens per wall second
+(and per CPU second of the process, the engine thread included), round by round. ``chain_tokens``: the tokens one after another that bound a side's
 decode steps (waves: the sum over turns of each wave's longest reply; async: the longest episode's
 replies; single: the longest request), since a decode step of this small model costs about the same
 whatever the batch. One JSON object.
@@ -54,7 +54,9 @@ class Shape:
     tasks: int
     generations: int  # episodes per task
     turns: int
-    reply_tokens: int  # the mean reply length the stop token's bias aims at
+    reply_tokens: (
+        int  # the reply length the stop token's bias aims at (the sampled mean is lower: see the JSON)
+    )
     max_reply_tokens: int
 
 
@@ -246,8 +248,8 @@ def main(argv: list[str] | None = None) -> dict:
     cache = "prefix cache off" if args.prefix_cache_gib == 0 else "prefix cache on"
     row = {
         "title": f"multi-turn rollouts (EpisodeRunner, waves) vs single-turn of the same length, torch engine, "
-        f"{shape.tasks}x{shape.generations} episodes x {shape.turns} turns of ~{shape.reply_tokens} tokens, "
-        f"width {shape.hidden_size}, {cache}",
+        f"{shape.tasks}x{shape.generations} episodes x {shape.turns} turns, replies of "
+        f"{bench.shapes['reply_tokens_mean']:.1f} tokens on average, width {shape.hidden_size}, {cache}",
         "figure": "tokens_per_s",
         "unit": "tokens/s",
         "ours": "waves",
