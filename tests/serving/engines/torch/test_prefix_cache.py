@@ -156,3 +156,25 @@ def test_sampled_turns_repeat_for_a_seed(engine_for, tokenizer):
     runs = [converse(engine_for(max_batch_size=4), tokenizer, 3, params) for _ in range(2)]
     assert tokens_of(runs[0]) == tokens_of(runs[1])
     assert torch.equal(logprobs_of(runs[0]), logprobs_of(runs[1]))
+
+
+def test_rests_padded_past_the_context_run_one_by_one(engine_for, tokenizer):
+    """One conversation near the context with a short rest, one early with a long rest: padded together
+    they would pass ``max_model_len`` (64), so each runs alone; the tokens are the re-prefill's."""
+    long_opening, short_opening = "hello world " * 4, "a"  # 49 and 2 tokens with BOS
+    results, hits = [], []
+    for cache in (None, 0):
+        engine = engine_for(
+            max_batch_size=2, max_model_len=64, **({} if cache is None else {"prefix_cache_gib": 0})
+        )
+        firsts = engine.generate([long_opening, short_opening], greedy(6))
+        follow = [
+            firsts[0].prompt_token_ids + firsts[0].completions[0].token_ids + tokenizer.encode("!", add_special_tokens=False),
+            firsts[1].prompt_token_ids + firsts[1].completions[0].token_ids + tokenizer.encode(" go on" * 5, add_special_tokens=False),
+        ]  # fmt: skip
+        assert len(follow[0]) == 56 and len(follow[1]) == 38
+        outs = engine.generate(follow, greedy(6))
+        results.append([o.completions[0].token_ids for o in outs])
+        hits.append(engine.stats()["prefix_cache_hit_tokens"])
+    assert results[0] == results[1]
+    assert hits == [(49 + 5) + (2 + 5), 0]  # starts 54 and 7; rests 2 and 31: 54 + 31 > 64

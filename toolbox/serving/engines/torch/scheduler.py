@@ -440,10 +440,11 @@ class ContinuousBatcher:
             self.prefix_cache.forget_other_weights(generation)
         return generation
 
-    def _restore(self, request: _Request, slot: int) -> int:
-        """Begin ``request`` under the current weights: copy the prefix taken for it at admission (if
-        it was computed by these weights) into ``slot``; the positions restored (0: none)."""
-        request.generation = self._generation()
+    def _restore(self, request: _Request, slot: int, generation: int) -> int:
+        """Begin ``request`` under the weights ``generation`` (``_generation()``): copy the prefix taken
+        for it at admission (if those weights computed it) into ``slot``; the positions restored (0:
+        none)."""
+        request.generation = generation
         self.prompt_tokens += len(request.prompt)
         entry, request.prefix = request.prefix, None
         if entry is None or entry.generation != request.generation:
@@ -461,16 +462,26 @@ class ContinuousBatcher:
             slots.append(base + len(seqs))
             seqs += self._new_seqs(request)
             rows += [r] * request.params.n
-        starts = [self._restore(request, slot) for request, slot in zip(admitted, slots, strict=True)]
+        generation = self._generation()
+        starts = [self._restore(r, slot, generation) for r, slot in zip(admitted, slots, strict=True)]
         fresh = [i for i, start in enumerate(starts) if start == 0]
         if len(fresh) == len(admitted):
             logits = self.runner.prefill(slots, [request.prompt for request in admitted])
         else:  # the rest of each prompt after its restored prefix; whole prompts beside them
             hits = [i for i, start in enumerate(starts) if start > 0]
-            continued = self.runner.extend(
-                [admitted[i].prompt[starts[i] :] for i in hits],
-                [starts[i] for i in hits],
-                [slots[i] for i in hits],
+            rests = [admitted[i].prompt[starts[i] :] for i in hits]
+            # rows are padded to the longest rest: past the context, each row runs alone
+            together = max(starts) + max(len(r) for r in rests) <= self.runner.max_model_len
+            groups = [list(range(len(hits)))] if together else [[j] for j in range(len(hits))]
+            continued = torch.cat(
+                [
+                    self.runner.extend(
+                        [rests[j] for j in group],
+                        [starts[hits[j]] for j in group],
+                        [slots[hits[j]] for j in group],
+                    )
+                    for group in groups
+                ]
             )
             logits = continued.new_empty((len(admitted), continued.shape[-1]))
             logits[torch.tensor(hits, device=logits.device)] = continued
@@ -506,7 +517,7 @@ class ContinuousBatcher:
     def _begin(self, partial: PartialPrefill) -> None:
         """Before a long prompt's first chunk: its cached prefix, if any, is where its chunks start."""
         if partial.request.generation < 0:
-            partial.done = self._restore(partial.request, partial.slot)
+            partial.done = self._restore(partial.request, partial.slot, self._generation())
 
     @contextlib.contextmanager
     def _prefill_threads(self) -> Iterator[None]:
