@@ -11,10 +11,11 @@ When a completion finishes (a stop or its length; not an abort), the scheduler c
 values of its ``cache_len`` positions (prompt + completion but the last token) out of its slot into
 an entry here, keyed by those tokens. When a request is admitted, the longest entry whose tokens are
 a prefix of its prompt is taken out of the cache (an entry is used once, or once per completion that
-finished with the same tokens: the conversation that continues it finishes into a longer entry), copied into the request's slot, and only the rest of the
-prompt is prefilled after it (``SlotRunner.extend``, or ``prefill_at`` for a long rest prefilled in
-chunks). A prompt equal to an entry's tokens keeps all but its last position (the last token must
-run to give the first logits).
+finished with the same tokens: the conversation that continues it finishes into a longer entry),
+copied into the request's slot, and only the rest of the prompt is prefilled after it
+(``SlotRunner.extend``, or ``prefill_at`` for a long rest prefilled in chunks). A prompt equal to an
+entry's tokens keeps all but its last position (the last token must run to give the first logits).
+The slot itself is freed when the completion finishes, as without the cache: entries are copies.
 
 Bounded: entries hold at most ``budget_bytes`` of keys and values (``engine.prefix_cache_gib``); a
 new entry evicts the least recently stored ones, and one larger than the budget is not kept. The
