@@ -14,7 +14,10 @@ user turn) and the episode asks again, one request per episode with a seed of it
 episode that needs a reply is in the engine's running batch at once, whatever its turn, so
 episodes at different turns share decode steps. ``schedule="waves"`` waits for every pending reply
 before submitting the next ones (the batch's composition, and so the rollout, does not depend on
-thread timing); ``schedule="async"`` resubmits an episode as soon as its reply is in.
+thread timing); ``schedule="async"`` resubmits an episode as soon as its reply is in. Each request
+carries the whole conversation; the torch engine's prefix cache (``engine.prefix_cache_gib``)
+recognises the previous turn's prompt and reply in it and prefills only the new tokens (an engine
+without prefix caching prefills it all again).
 
 Tokens: the opening prompt is the chat template's rendering of the opening (``Chat.render``, as
 ``toolbox serve`` and the ``chat`` dataset render it, tools in Hermes form for a template that

@@ -88,6 +88,11 @@ class TorchEngine(InferenceEngine):
             2048-token prompt on the 512-wide benchmark model (one thread, here) took 3.92 s in
             chunks of 256 against 3.78 s whole (+4 %; 128: +24 %), its longest chunk 0.57 s
             (512: 1.26 s).
+        prefix_cache_gib: automatic prefix caching: the keys and values of finished completions, up to
+            this many GiB, are kept, and a prompt that begins with one (a conversation's next turn:
+            the previous prompt, the reply, then new text) prefills only the rest
+            (``prefix_cache.py``); 0: off. Multi-turn rollouts (``rl/episodes.py``) no longer
+            prefill the whole conversation every turn.
         logprobs_mode: "raw": log_softmax of the model's logits (as vLLM); "processed": after
             repetition penalty, temperature and top-k/top-p/min-p.
         seed: seeds sampling for requests that carry no seed.
@@ -120,6 +125,7 @@ class TorchEngine(InferenceEngine):
         max_model_len: AtLeastOne | None = None,
         max_prefill_tokens: AtLeastOne = 4096,
         prefill_chunk_tokens: AtLeastOne | None = 256,
+        prefix_cache_gib: NonNegativeFloat = 0.5,
         logprobs_mode: Literal["raw", "processed"] = "raw",
         seed: int = 0,
         num_threads: AtLeastOne | None = None,
@@ -132,10 +138,12 @@ class TorchEngine(InferenceEngine):
             or max_queue_size < 0
             or max_prefill_tokens < 1
             or (prefill_chunk_tokens is not None and prefill_chunk_tokens < 1)
+            or prefix_cache_gib < 0
         ):
             raise ConfigError(
                 "engine.max_batch_size, engine.max_prefill_tokens and engine.prefill_chunk_tokens must be "
-                ">= 1 (prefill_chunk_tokens null: no chunking), engine.max_queue_size >= 0."
+                ">= 1 (prefill_chunk_tokens null: no chunking), engine.max_queue_size >= 0, "
+                "engine.prefix_cache_gib >= 0 (0: off)."
             )
         loaded = model is None
         model, tokenizer = resolve(model, tokenizer, path, dtype, "torch")
@@ -168,6 +176,7 @@ class TorchEngine(InferenceEngine):
             seed=seed,
             prefill_threads=prefill_threads,
             prefill_chunk_tokens=prefill_chunk_tokens,
+            prefix_cache_bytes=int(prefix_cache_gib * 2**30),
         )
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.grammars = Grammars(tokenizer, self.vocab_size, self.eos_ids)
@@ -306,7 +315,9 @@ class TorchEngine(InferenceEngine):
             self.runner.refresh()
 
     def stats(self) -> dict[str, int]:
-        """``waiting`` and ``running`` requests now, and the limits (for a server's metrics)."""
+        """``waiting`` and ``running`` requests now, the limits (for a server's metrics), and since the
+        start the prompt tokens of the requests prefilled (``prompt_tokens``) and how many of them the
+        prefix cache held (``prefix_cache_hit_tokens``: restored, not computed)."""
         return self.batcher.stats()
 
     def drain(self, timeout: float | None = None) -> bool:

@@ -23,7 +23,8 @@ can run their attention through a kernel compiled at start-up instead of SDPA (`
 ``decode_attention.py``: 1.5-1.8x faster on the benchmark model's 40-sequence batches).
 
 Why this file is longer than ~400 lines: it is one class over one cache; its entry points (prefill,
-prefill_at for chunked prefill, extend, decode, copy_slot) each build the attention over that cache
+prefill_at for chunked prefill, extend, decode, copy_slot, read_slot/write_slot for the prefix
+cache) each build the attention over that cache
 in their own shape and share its private state (capacity, slot ids, positions, cached weights).
 """
 
@@ -121,6 +122,7 @@ class SlotRunner:
         self._head_ids = torch.arange(self.num_kv_heads, device=self.device)
         self._sources = list(model.parameters())
         self._version = -1
+        self.generation = 0  # bumped whenever the cached weights are rebuilt (the parameters changed)
         self._cached: list[LayerWeights] | None = None
         self._final_norm: Any = None
         self._head: tuple = ()
@@ -193,6 +195,23 @@ class SlotRunner:
             k[dst_idx, :, :length] = k[src_idx, :, :length]
             v[dst_idx, :, :length] = v[src_idx, :, :length]
 
+    def read_slot(self, slot: int, length: int) -> torch.Tensor:
+        """A copy of the first ``length`` cached positions of ``slot``: ``[layers, 2, kv_heads, length,
+        head_dim]`` (a prefix cache entry)."""
+        return torch.stack(
+            [
+                torch.stack((k[slot, :, :length], v[slot, :, :length]))
+                for k, v in zip(self.k_cache, self.v_cache, strict=True)
+            ]
+        )
+
+    def write_slot(self, slot: int, kv: torch.Tensor, length: int) -> None:
+        """Put the first ``length`` positions of ``kv`` (from ``read_slot``) at the start of ``slot``."""
+        self.ensure_capacity(length)
+        for i, (k, v) in enumerate(zip(self.k_cache, self.v_cache, strict=True)):
+            k[slot, :, :length].copy_(kv[i, 0, :, :length])
+            v[slot, :, :length].copy_(kv[i, 1, :, :length])
+
     # weights -------------------------------------------------------------------------------------
     def _weights(self) -> list[LayerWeights]:
         """The tensors the forward uses, rebuilt when the model's parameters change.
@@ -212,6 +231,7 @@ class SlotRunner:
                 ],
                 version,
             )
+            self.generation += 1
             self._final_norm = norm_of(self.layout.final_norm, self._fast_norm)
             head = self.model.lm_head
             self._head = (
@@ -220,6 +240,12 @@ class SlotRunner:
                 getattr(head, "bias", None),
             )
         return self._cached
+
+    def weights_generation(self) -> int:
+        """The generation of the weights the next forward uses (keys and values cached under another
+        were computed by other weights: ``prefix_cache.py``)."""
+        self._weights()
+        return self.generation
 
     def refresh(self) -> None:
         """Forget the cached weights (call after assigning new parameter objects to the model)."""
@@ -352,10 +378,12 @@ class SlotRunner:
             x = self._layer(i, w, x, rope, attend)
         return self._logits(x[:, -1])
 
-    def extend(self, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
-        """Continue the sequences in slots ``0 .. B-1``: slot ``b`` holds ``starts[b]`` cached positions
-        (a prefix prefilled or copied there); ``chunks[b]`` is run at positions ``starts[b] ..`` after
-        them. Returns the logits at each chunk's last token ``[B, V]``.
+    def extend(
+        self, chunks: list[list[int]], starts: list[int], slots: list[int] | None = None
+    ) -> torch.Tensor:
+        """Continue the sequences in slots ``0 .. B-1`` (or ``slots``): slot ``b`` holds ``starts[b]``
+        cached positions (a prefix prefilled or copied there); ``chunks[b]`` is run at positions
+        ``starts[b] ..`` after them. Returns the logits at each chunk's last token ``[B, V]``.
 
         Rows are right-padded to the longest chunk; a padded position writes its key/value past the
         row's last real one, where no real query looks. Each query attends to its row's cached
@@ -377,7 +405,8 @@ class SlotRunner:
         mask = (self._positions[:end].view(1, 1, end) <= positions.unsqueeze(2)).unsqueeze(
             1
         )  # [B, 1, t, end]
-        slot_idx = self._slot_ids[:b]
+        contiguous = slots is None or slots == list(range(b))
+        slot_idx = self._slot_ids[:b] if contiguous else torch.tensor(slots, device=self.device)
         rows = (
             (slot_idx.view(b, 1, 1) * self.num_kv_heads + self._head_ids.view(1, -1, 1)) * self.capacity
             + positions.unsqueeze(1)
@@ -388,10 +417,12 @@ class SlotRunner:
             kc, vc = self.k_cache[i], self.v_cache[i]
             kc.view(-1, self.head_dim).index_copy_(0, rows, k.reshape(-1, self.head_dim))
             vc.view(-1, self.head_dim).index_copy_(0, rows, v.reshape(-1, self.head_dim))
+            keys = kc[:b, :, :end] if contiguous else kc[slot_idx, :, :end]
+            values = vc[:b, :, :end] if contiguous else vc[slot_idx, :, :end]
             return F.scaled_dot_product_attention(
                 q,
-                kc[:b, :, :end],
-                vc[:b, :, :end],
+                keys,
+                values,
                 attn_mask=mask,
                 scale=self.scalings[i],
                 enable_gqa=self.gqa,

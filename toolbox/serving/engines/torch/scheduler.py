@@ -7,12 +7,15 @@ One background thread owns the model. Each iteration it
    with ``n`` completions takes ``n``) and the prefill budget lasts; their prompts are prefilled
    together (one forward) and each completion samples its first token. A prompt longer than
    ``prefill_chunk_tokens`` is prefilled a chunk per iteration instead (``chunked_prefill.py``)
-   and joins the batch after its last chunk;
+   and joins the batch after its last chunk. A prompt that begins with a sequence finished before
+   (a conversation's next turn) has that sequence's keys and values copied in and prefills only
+   the rest (``prefix_cache.py``);
 3. runs one decode step for every running completion and samples the next tokens;
 4. hands each token to its request (streamed requests get a ``StreamDelta`` at once), finishes
    completions that hit a stop id, a stop string, the end of their grammar (constrained
    decoding, ``structured.py``: each completion walks its own matcher), ``max_tokens`` or the
-   context, and frees their slots (the last running completion moves into the hole, so the batch stays packed).
+   context, and frees their slots (the last running completion moves into the hole, so the batch stays packed);
+   the keys and values of a finished completion go to the prefix cache.
 
 Callers talk to it through ``submit`` (thread-safe; raises ``QueueFullError`` when ``max_queue_size``
 requests are already waiting) and the returned ``RequestHandle``: ``result()`` blocks,
@@ -50,6 +53,7 @@ from toolbox.serving.engine import (
 from toolbox.serving.engines.detokenize import IncrementalText, text_decoder
 from toolbox.serving.engines.torch.chunked_prefill import PartialPrefill, is_long
 from toolbox.serving.engines.torch.handle import Outbox, RequestHandle
+from toolbox.serving.engines.torch.prefix_cache import CachedPrefix, PrefixCache
 from toolbox.serving.engines.torch.runner import SlotRunner
 from toolbox.serving.sampling import (
     SamplingTensors,
@@ -82,6 +86,8 @@ class _Request:
     matcher: Any = None  # constrained decoding: the grammar's matcher at its start (copied per completion)
     seqs: list[_Seq] = field(default_factory=list)
     unfinished: int = 0
+    prefix: CachedPrefix | None = None  # taken from the prefix cache at admission, restored at prefill
+    generation: int = -1  # the weights generation of its first forward (-1: not begun)
 
 
 @dataclass(eq=False)
@@ -115,6 +121,8 @@ class ContinuousBatcher:
             logits after penalty, temperature and top-k/top-p/min-p).
         seed: seeds the generator of requests that carry no seed of their own.
         prefill_threads: torch intra-op threads for prefill steps (None: the process's setting).
+        prefix_cache_bytes: the keys and values of finished completions kept for prompts that begin
+            with them (``prefix_cache.py``); 0: none.
     """
 
     def __init__(
@@ -129,6 +137,7 @@ class ContinuousBatcher:
         seed: int = 0,
         prefill_threads: int | None = None,
         prefill_chunk_tokens: int | None = None,
+        prefix_cache_bytes: int = 0,
     ) -> None:
         if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
             raise ValueError(f"prefill_chunk_tokens must be >= 1 (or None), got {prefill_chunk_tokens}")
@@ -160,6 +169,9 @@ class ContinuousBatcher:
         self._tensors: SamplingTensors | None = None  # of the running batch; None when it changed
         self._text_decoder = text_decoder(tokenizer)  # the tokenizer's decode, without its Python overhead
         self._outbox = Outbox()  # the handles' deliveries to event loops, sent once per step
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+        self.prompt_tokens = 0  # of the requests prefilled so far
+        self.cached_prompt_tokens = 0  # of those, restored from the prefix cache instead of prefilled
 
     # submission (any thread) -------------------------------------------------------------------------
     def submit(
@@ -225,6 +237,8 @@ class ContinuousBatcher:
                 "running": len(self._running) + chunked,
                 "max_batch_size": self.max_batch_size,
                 "max_queue_size": self.max_queue_size,
+                "prompt_tokens": self.prompt_tokens,
+                "prefix_cache_hit_tokens": self.cached_prompt_tokens,
             }
 
     def drain(self, timeout: float | None = None) -> bool:
@@ -255,6 +269,8 @@ class ContinuousBatcher:
             self._waiting.clear()
             self._running = []
             self._partial = self._next = None
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
             self._idle.set()
         self._outbox.flush()
 
@@ -312,24 +328,38 @@ class ContinuousBatcher:
             if request.id in aborts:
                 self._waiting.popleft()
                 continue  # dropped by _drop
-            if is_long(len(request.prompt), chunk):
+            cached = self._cached_prefix(request)
+            rest = len(request.prompt) - (cached.usable(len(request.prompt)) if cached else 0)
+            if is_long(rest, chunk):
                 if request.params.n <= free and (partial is None or (leftover and self._next is None)):
                     self._waiting.popleft()
-                    started = PartialPrefill(request, self.max_batch_size - request.params.n)
+                    self._take_prefix(request, cached)
+                    slot = self.max_batch_size - request.params.n
+                    started = PartialPrefill(request, slot, len(request.prompt) - rest)
                     if partial is None:
                         self._partial = started
                     else:  # its first chunk follows the last of the current one, in this iteration
                         self._next = started
                 break  # first come first served: nothing behind it starts before it
-            longest_if = max(longest, len(request.prompt))
+            longest_if = max(longest, rest)
             owed = not admitted and partial is None  # at least one request is always admitted
             if request.params.n > free or (not owed and longest_if * (len(admitted) + 1) > budget):
                 break
             self._waiting.popleft()
+            self._take_prefix(request, cached)
             admitted.append(request)
             free -= request.params.n
             longest = longest_if
         return admitted
+
+    def _cached_prefix(self, request: _Request) -> CachedPrefix | None:
+        """The prefix cache's longest entry that begins ``request``'s prompt (left in the cache)."""
+        return self.prefix_cache.match(request.prompt) if self.prefix_cache is not None else None
+
+    def _take_prefix(self, request: _Request, cached: CachedPrefix | None) -> None:
+        if cached is not None:
+            assert self.prefix_cache is not None
+            request.prefix = self.prefix_cache.take(cached)
 
     def _drop(self, aborts: set[str]) -> None:
         for request_id in aborts:
@@ -402,6 +432,29 @@ class ContinuousBatcher:
         self._tensors = None
         self._sample_and_append(logits, seqs, tensors, decoded=False)
 
+    def _generation(self) -> int:
+        """The weights generation the next forward runs under; the prefix cache forgets what other
+        weights computed."""
+        generation = self.runner.weights_generation()
+        if self.prefix_cache is not None:
+            self.prefix_cache.forget_other_weights(generation)
+        return generation
+
+    def _restore(self, request: _Request, slot: int, generation: int) -> int:
+        """Begin ``request`` under the weights ``generation`` (``_generation()``): copy the prefix taken
+        for it at admission (if those weights computed it) into ``slot``; the positions restored (0:
+        none)."""
+        request.generation = generation
+        self.prompt_tokens += len(request.prompt)
+        entry, request.prefix = request.prefix, None
+        if entry is None or entry.generation != request.generation:
+            return 0
+        n = entry.usable(len(request.prompt))
+        self.runner.ensure_capacity(len(request.prompt))
+        self.runner.write_slot(slot, entry.kv, n)
+        self.cached_prompt_tokens += n
+        return n
+
     def _prefill(self, admitted: list[_Request]) -> None:
         base = len(self._running)
         slots, rows, seqs = [], [], []
@@ -409,7 +462,32 @@ class ContinuousBatcher:
             slots.append(base + len(seqs))
             seqs += self._new_seqs(request)
             rows += [r] * request.params.n
-        logits = self.runner.prefill(slots, [request.prompt for request in admitted])
+        generation = self._generation()
+        starts = [self._restore(r, slot, generation) for r, slot in zip(admitted, slots, strict=True)]
+        fresh = [i for i, start in enumerate(starts) if start == 0]
+        if len(fresh) == len(admitted):
+            logits = self.runner.prefill(slots, [request.prompt for request in admitted])
+        else:  # the rest of each prompt after its restored prefix; whole prompts beside them
+            hits = [i for i, start in enumerate(starts) if start > 0]
+            rests = [admitted[i].prompt[starts[i] :] for i in hits]
+            # rows are padded to the longest rest: past the context, each row runs alone
+            together = max(starts) + max(len(r) for r in rests) <= self.runner.max_model_len
+            groups = [list(range(len(hits)))] if together else [[j] for j in range(len(hits))]
+            continued = torch.cat(
+                [
+                    self.runner.extend(
+                        [rests[j] for j in group],
+                        [starts[hits[j]] for j in group],
+                        [slots[hits[j]] for j in group],
+                    )
+                    for group in groups
+                ]
+            )
+            logits = continued.new_empty((len(admitted), continued.shape[-1]))
+            logits[torch.tensor(hits, device=logits.device)] = continued
+            if fresh:
+                whole = self.runner.prefill([slots[i] for i in fresh], [admitted[i].prompt for i in fresh])
+                logits[torch.tensor(fresh, device=logits.device)] = whole
         for request, slot in zip(admitted, slots, strict=True):
             for i in range(1, request.params.n):
                 self.runner.copy_slot(slot, slot + i, len(request.prompt))
@@ -419,6 +497,7 @@ class ContinuousBatcher:
         """The next chunk of the long prompt; after its last, its completions join the batch."""
         partial, chunk = self._partial, self.prefill_chunk_tokens
         assert partial is not None and chunk is not None
+        self._begin(partial)
         last = partial.next_len(chunk)
         logits = partial.step(self.runner, chunk)
         if logits is None:
@@ -432,7 +511,13 @@ class ContinuousBatcher:
         self._join(logits, [0] * request.params.n, self._new_seqs(request))
         self._partial, self._next = self._next, None
         if self._partial is not None:  # the rest of this iteration's budget (its slot may be the one
-            self._partial.step(self.runner, chunk - last)  # just copied out: it is free now)
+            self._begin(self._partial)  # just copied out: it is free now)
+            self._partial.step(self.runner, chunk - last)
+
+    def _begin(self, partial: PartialPrefill) -> None:
+        """Before a long prompt's first chunk: its cached prefix, if any, is where its chunks start."""
+        if partial.request.generation < 0:
+            partial.done = self._restore(partial.request, partial.slot, self._generation())
 
     @contextlib.contextmanager
     def _prefill_threads(self) -> Iterator[None]:
@@ -574,6 +659,9 @@ class ContinuousBatcher:
         running = self._running
         if all(s.finish_reason is None for s in running):
             return
+        if self.prefix_cache is not None:
+            for slot, seq in enumerate(running):
+                self._keep_prefix(slot, seq)
         keep = [s for s in running if s.finish_reason is None]
         # fill each hole below len(keep) with a survivor from above it
         holes = [i for i in range(len(keep)) if running[i].finish_reason is not None]
@@ -584,3 +672,13 @@ class ContinuousBatcher:
             packed[hole] = running[src]
         self._running = packed
         self._tensors = None
+
+    def _keep_prefix(self, slot: int, seq: _Seq) -> None:
+        """Store a completion that finished (not aborted) in the prefix cache, if the weights that
+        computed its keys and values are still the current ones."""
+        request = seq.request
+        if seq.finish_reason not in ("stop", "length") or request.generation != self.runner.generation:
+            return
+        assert self.prefix_cache is not None
+        tokens = (request.prompt + seq.tokens)[: seq.cache_len]
+        self.prefix_cache.put(tokens, self.runner.read_slot(slot, seq.cache_len), request.generation)
