@@ -116,7 +116,9 @@ def attempt_minutes(repo: Path) -> list[float]:
     return minutes
 
 
-def run_point(seed: int, forward: str, out: Path, run: str = "agent_sft", forwards: frozenset = frozenset()) -> None:
+def run_point(
+    seed: int, forward: str, out: Path, run: str = "agent_sft", forwards: frozenset = frozenset()
+) -> None:
     """One point: ``snakemake -c2 results/<run>/`` in the point's copy ``<out>/s<seed>-<forward>/repo``
     (shared by every run of the chain: agent_grpo's point finds agent_sft's done there)."""
     label = f"s{seed}-{forward}"
@@ -141,7 +143,9 @@ def run_point(seed: int, forward: str, out: Path, run: str = "agent_sft", forwar
     minutes = round((time.perf_counter() - start) / 60 + sum(earlier), 1)
     scored = repo / "work" / run / ("agent_eval.json" if run == "agent_sft" else "eval.json")
     if not scored.is_file():  # (a failed check leaves it: the point is recorded and fails its expect)
-        raise RuntimeError(f"point {label}: snakemake exited {done.returncode}; see {folder / 'snakemake.log'}")
+        raise RuntimeError(
+            f"point {label}: snakemake exited {done.returncode}; see {folder / 'snakemake.log'}"
+        )
     record = {"seed": seed, "forward": forward, "minutes": minutes, "attempts": len(earlier) + 1,
               "load_start": round(load, 1), "load_end": round(os.getloadavg()[0], 1)}  # fmt: skip
     command = f"python examples/agent_tools/seeds.py --run {run}"
@@ -176,7 +180,9 @@ def write_run_point(folder: Path, repo: Path, run: str, record: dict, expect: di
     }
     atomic_write_text(folder / "run.json", json.dumps(record, indent=2) + "\n")
     metrics = json.loads((work / "eval.json").read_text())
-    atomic_write_text(folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")  # last: done
+    atomic_write_text(
+        folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n"
+    )  # last: done
     print(f"{run} {folder.name}: {metrics} ({record['minutes']} min)", flush=True)
 
 
@@ -256,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     from toolbox.results.matrix import parse_seeds
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", default="agent_sft", help="the run whose eval each point reports (agent_sft, agent_grpo)")
+    p.add_argument(
+        "--run", default="agent_sft", help="the run whose eval each point reports (agent_sft, agent_grpo)"
+    )
     p.add_argument("--seeds", default="0-2")
     p.add_argument("--forwards", default="lean,exact")
     p.add_argument("--out", default="work/agent_matrix")
