@@ -76,15 +76,23 @@ def tokenizer():
     return TOKENIZERS.build({"name": "char"}, corpus=CORPUS)
 
 
-def make_model(tokenizer, seed: int = 0, scale: float = 0.3):
-    """A random tiny Llama whose weights are spread enough for varied greedy output."""
+def make_model(tokenizer, seed: int = 0, scale: float = 0.3, **shape):
+    """A random tiny Llama whose weights are spread enough for varied greedy output (``shape``:
+    other ``tiny_llama`` fields, e.g. ``max_position_embeddings``)."""
     import torch
 
     from toolbox.core.registries import MODELS
 
     torch.manual_seed(seed)
     model = MODELS.build(
-        {"name": "tiny_llama", "hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128},
+        {
+            "name": "tiny_llama",
+            "hidden_size": 64,
+            "num_layers": 2,
+            "num_heads": 2,
+            "intermediate_size": 128,
+            **shape,
+        },  # fmt: skip
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
@@ -125,6 +133,13 @@ def make_bench_model(tokenizer):
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     ).eval()
+
+
+@pytest.fixture(scope="module")
+def long_model(tokenizer):
+    """``make_model`` with 4096 positions, so prompts and conversations can grow long (chunked
+    prefill, the prefix cache); per module, as a test may change its weights and restore them."""
+    return make_model(tokenizer, max_position_embeddings=4096)
 
 
 @pytest.fixture(scope="session")

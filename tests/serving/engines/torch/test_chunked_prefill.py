@@ -8,9 +8,7 @@ import itertools
 import time
 
 import pytest
-import torch
 
-from toolbox.core.registries import MODELS
 from toolbox.serving.engine import SamplingParams
 
 LONG = "the quick brown fox 99 jumps over 12+34=46, hello world! " * 2  # 115 tokens with BOS: 8 chunks of 16
@@ -18,31 +16,6 @@ SHORT = ["12+34=", "hello world", "a"]
 # greedy, 24 tokens, of LONG on the 4096-position model below: pinned (transformers' generate and the
 # engine's one-forward prefill give the same)
 LONG_PINNED = [45, 23, 10, 44, 4, 16, 3, 16, 1, 44, 19, 4, 45, 45, 45, 45, 45, 45, 45, 45, 50, 4, 11, 4]
-
-
-@pytest.fixture(scope="module")
-def long_model(tokenizer):
-    """The conftest's tiny Llama shape, with 4096 positions so prompts can be long."""
-    torch.manual_seed(0)
-    model = MODELS.build(
-        {
-            "name": "tiny_llama",
-            "hidden_size": 64,
-            "num_layers": 2,
-            "num_heads": 2,
-            "intermediate_size": 128,
-            "max_position_embeddings": 4096,
-        },
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.3)
-    return model.eval()
 
 
 @pytest.fixture

@@ -8,29 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from toolbox.core.registries import MODELS
 from toolbox.serving.engine import SamplingParams
 from toolbox.serving.engines.torch.prefix_cache import PrefixCache
 
 OPENINGS = ["12+34=", "hello world", "the quick brown fox", "a"]
 ANSWERS = [" and then?", " go on, 7+8=", " more!", " x"]
-
-
-@pytest.fixture(scope="module")
-def long_model(tokenizer):
-    """The conftest's tiny Llama shape with 4096 positions (conversations grow long)."""
-    torch.manual_seed(0)
-    model = MODELS.build(
-        {"name": "tiny_llama", "hidden_size": 64, "num_layers": 2, "num_heads": 2,
-         "intermediate_size": 128, "max_position_embeddings": 4096},
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.3)
-    return model.eval()
 
 
 @pytest.fixture
