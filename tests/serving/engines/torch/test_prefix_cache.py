@@ -114,7 +114,8 @@ def test_the_budget_bounds_the_cache():
     assert cache.match([0] * 11) is None and cache.match([4] * 12).tokens == (4,) * 10  # the oldest left
     cache.put(list(range(40)), torch.zeros(1, 2, 1, 40, 1), generation=1)  # larger than the budget
     assert len(cache) == 3 and cache.match(list(range(41))) is None
-    assert cache.match([4] * 10).usable(10) == 9  # a prompt equal to an entry runs its last token
+    assert cache.match([4] * 11).usable(11) == 10  # the last token of the prompt always runs
+    assert cache.match([4] * 10) is None  # the same prompt again is prefilled afresh
     cache.forget_other_weights(2)
     assert len(cache) == 0 and cache.nbytes == 0
 

@@ -13,8 +13,11 @@ an entry here, keyed by those tokens. When a request is admitted, the longest en
 a prefix of its prompt is taken out of the cache (an entry is used once, or once per completion that
 finished with the same tokens: the conversation that continues it finishes into a longer entry),
 copied into the request's slot, and only the rest of the prompt is prefilled after it
-(``SlotRunner.extend``, or ``prefill_at`` for a long rest prefilled in chunks). A prompt equal to an
-entry's tokens keeps all but its last position (the last token must run to give the first logits).
+(``SlotRunner.extend``, or ``prefill_at`` for a long rest prefilled in chunks). Only a prompt that
+extends an entry (is longer than its tokens) uses it: the same prompt asked again (an entry of a
+one-token completion is its prompt) is prefilled afresh, so that it gives the same numbers whatever
+finished before it (a GRPO round rolled out twice under the same weights gives the same log-probs,
+tests/trainer/test_grpo_async.py).
 The slot itself is freed when the completion finishes, as without the cache: entries are copies.
 
 Bounded: entries hold at most ``budget_bytes`` of keys and values (``engine.prefix_cache_gib``); a
@@ -77,12 +80,12 @@ class PrefixCache:
         return len(self.entries)
 
     def match(self, prompt: Sequence[int]) -> CachedPrefix | None:
-        """The longest entry whose tokens begin ``prompt`` and leave at least one position to reuse
-        (None: none); it stays in the cache until ``take``."""
+        """The longest entry whose tokens begin ``prompt`` and are fewer (a continuation, not the same
+        prompt again; None: none); it stays in the cache until ``take``."""
         for n in sorted(self.lengths, reverse=True):
-            if n <= len(prompt):
+            if n < len(prompt):
                 entry = self.entries.get(tuple(prompt[:n]))
-                if entry is not None and entry.usable(len(prompt)) > 0:
+                if entry is not None:
                     return entry
         return None
 
