@@ -73,6 +73,11 @@ def test_rollout_masks_environment_tokens_and_keeps_sampling_logprobs(tool_token
         ]
         samp = rollout.sampling_logprobs[r, :n]
         assert bool((samp[torch_mask(mask)] < 0).all()) and bool((samp[~torch_mask(mask)] == 0).all())
+        # every turn (the traces' turn spans) lies within its episode: the first turn's request is
+        # one of n = G for the group, and its time was once set on the first episode only (the
+        # others' turn spans started in 1970)
+        times = [t for turn in e.turns for t in (turn.start, turn.end)]
+        assert e.start <= min(times) and times == sorted(times) and max(times) <= e.end
 
 
 def torch_mask(mask):

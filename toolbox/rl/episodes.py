@@ -197,8 +197,9 @@ class EpisodeRunner:
         """The replies ``(episode, params, its group)`` asks for, all joining one step of the engine
         (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing."""
         requests = []
-        for episode, params, _ in asks:
-            episode.asked = time.time()
+        for episode, params, group in asks:
+            for asker in group:  # (turn 0 asks once for the whole group: n = G)
+                asker.asked = time.time()
             requests.append((episode.all_ids(), replace(params, max_tokens=self._budget(episode))))
         if self.engine.supports_submit:
             handles = self.engine.submit_requests(requests, stream=False, queue_limit=False)
