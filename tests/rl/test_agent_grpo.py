@@ -183,7 +183,10 @@ def test_traces_show_and_to_dataset_train(scripted, tmp_path, capsys):
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     assert json.loads(row["tools"])[0]["function"]["name"] == "lookup"
     sft = build([*SMALL[:4], "callbacks=none", "eval=none", "device=cpu", "data=local",
-                 f"data.source.path={out}", "data.dataset.name=chat", "data.dataset.max_length=1024",
+                 # no test split: the dataset's is by session hash, and the scripted trainer (shared
+                 # by this module's tests) may have traced only one step's rows by now, all in train
+                 f"data.source.path={out}", "data.source.test=null", "data.dataset.name=chat",
+                 "data.dataset.max_length=1024",
                  "model.max_position_embeddings=1024", "trainer.max_steps=3", "trainer.batch_size=2",
                  f"run_dir={tmp_path}/sft"])  # fmt: skip
     result = sft.trainer.fit()
