@@ -162,59 +162,56 @@ def yaml_runs(repo: Path) -> dict:
     return yaml.safe_load((repo / CONFIG).read_text())["runs"]
 
 
-def write_run_point(folder: Path, repo: Path, run: str, record: dict, expect: dict, command: str) -> None:
-    """A run after agent_sft (agent_grpo): its eval.json (``eval/``, ``before/`` the model it starts
-    from, ``gain/``) and run.json (record, the check, the steps trained)."""
-    from toolbox.core.atomic import atomic_write_text
-
-    work = repo / "work" / run
-    check = work / "check.json"
-    steps = [json.loads(line).get("step") for line in (work / "train" / "metrics.jsonl").open()]
-    record = {
-        "name": run,
-        **record,
-        "steps": max(s for s in steps if s is not None),
-        "check": "passed" if check.is_file() and json.loads(check.read_text())["passed"] else "failed",
-        "expect": expect,
-        "command": command,
-    }
-    atomic_write_text(folder / "run.json", json.dumps(record, indent=2) + "\n")
-    metrics = json.loads((work / "eval.json").read_text())
-    atomic_write_text(
-        folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n"
-    )  # last: done
-    print(f"{run} {folder.name}: {metrics} ({record['minutes']} min)", flush=True)
-
-
 def write_point(folder: Path, repo: Path, record: dict, passed: bool, expect: dict, command: str) -> None:
     """The point's eval.json (agent_sft's agent_eval.json: eval/, before/, gain/) and run.json
     (record, the base's stopping step, the dataset's rows, the check)."""
-    from toolbox.core.atomic import atomic_write_text
-
     agent = json.loads((repo / "work" / "agent_sft" / "agent_eval.json").read_text())
     metrics = {f"eval/{k}": v for k, v in agent["after"].items() if k != "problems"}
     metrics |= {f"before/{k}": v for k, v in agent["before"].items() if k != "problems"}
     metrics |= {f"gain/{k}": v for k, v in agent["gain"].items()} | paired_metrics(agent)
     card = json.loads((repo / "work" / "agent_base" / "traces_data" / "card.json").read_text())
-    steps = [
-        json.loads(line).get("step")
-        for line in (repo / "work" / "agent_base" / "train" / "metrics.jsonl").open()
-    ]
     record = {
         "name": "agent_sft",
         **record,
-        "base_steps": max(s for s in steps if s is not None),
+        "base_steps": last_step(repo / "work" / "agent_base" / "train" / "metrics.jsonl"),
         "rows": sum(card["rows_out"].values()),
         "check": "passed" if passed else "failed",
         "expect": expect,
         "command": command,
     }
+    write_files(folder, record, metrics)
+
+
+def write_run_point(folder: Path, repo: Path, run: str, record: dict, expect: dict, command: str) -> None:
+    """A run after agent_sft (agent_grpo): its eval.json (``eval/``, ``before/`` the model it starts
+    from, ``gain/``) and run.json (record, the check, the steps trained)."""
+    work = repo / "work" / run
+    check = work / "check.json"
+    record = {
+        "name": run,
+        **record,
+        "steps": last_step(work / "train" / "metrics.jsonl"),
+        "check": "passed" if check.is_file() and json.loads(check.read_text())["passed"] else "failed",
+        "expect": expect,
+        "command": command,
+    }
+    write_files(folder, record, json.loads((work / "eval.json").read_text()))
+
+
+def last_step(metrics: Path) -> int:
+    """The last step a run's metrics.jsonl records."""
+    steps = [json.loads(line).get("step") for line in metrics.open()]
+    return max(s for s in steps if s is not None)
+
+
+def write_files(folder: Path, record: dict, metrics: dict) -> None:
+    """A point's run.json, then its eval.json (last: the point is done)."""
+    from toolbox.core.atomic import atomic_write_text
+
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / "run.json", json.dumps(record, indent=2) + "\n")
-    atomic_write_text(
-        folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n"
-    )  # last: done
-    print(f"{folder.name}: {metrics} ({record.get('minutes')} min)", flush=True)
+    atomic_write_text(folder / "eval.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    print(f"{record['name']} {folder.name}: {metrics} ({record.get('minutes')} min)", flush=True)
 
 
 def paired_metrics(agent: dict) -> dict:

@@ -198,8 +198,9 @@ class EpisodeRunner:
         (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing."""
         requests = []
         for episode, params, group in asks:
+            now = time.time()
             for asker in group:  # (turn 0 asks once for the whole group: n = G)
-                asker.asked = time.time()
+                asker.asked = now
             requests.append((episode.all_ids(), replace(params, max_tokens=self._budget(episode))))
         if self.engine.supports_submit:
             handles = self.engine.submit_requests(requests, stream=False, queue_limit=False)
