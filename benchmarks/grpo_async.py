@@ -1,12 +1,14 @@
 """Asynchronous GRPO (``trainer.max_staleness``) vs synchronous GRPO on grpo_arith: the same work.
 
     .venv/bin/python benchmarks/grpo_async.py [--model SFT_MODEL_DIR] [--staleness 1] [--steps 8]
-        [--warmup 2] [--prompts 8] [--generations 8] [--rounds 3] [--threads 1] [--out F]
+        [--warmup 2] [--prompts 8] [--generations 8] [--producer process|thread] [--no-trl]
+        [--rounds 3] [--threads 1] [--out F]
 
 Both sides build ``experiment=grpo_arith`` (two-digit additions, the exact-answer reward, beta
 0.04, temperature 1, one optimizer step per round) with the same overrides; the only difference is
-``trainer.max_staleness`` (sync: null, the rollout inside the training loop; async: the producer
-thread, round r generated with the policy after r − k updates, an engine on a copy of the policy).
+``trainer.max_staleness`` (sync: null, the rollout inside the training loop; async: the producer,
+round r generated with the policy after r − k updates, by a child process with its own engine, or
+with ``--producer thread`` by a thread with an engine on a copy of the policy).
 Both generate the same number of rollouts (``--prompts`` × ``--generations`` completions of
 ``max_completion_length`` 6 tokens a round) and make the same number of updates. Dynamic sampling
 is off on both sides (it draws a different number of prompt batches per round depending on the
@@ -17,7 +19,9 @@ Reported per side: seconds per round (median over the measured rounds, after ``-
 CPU time of the process, which for async includes the producer thread), and for async the median
 seconds the trainer waited for a round and the producer waited for weights. Ratios sync / async
 (> 1: async faster) per alternating round, under the same process-wide torch settings
-(benchmarks/harness). One JSON object.
+(benchmarks/harness). A third side, unless ``--no-trl``: TRL's GRPOTrainer (``trainer=trl_grpo``) on
+the same work (its synchronous trainer; ``TRL_PEER`` below says why not its AsyncGRPOTrainer), its
+generation timed around ``_generate_single_turn``. One JSON object.
 """
 
 from __future__ import annotations
@@ -26,10 +30,16 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 
 from harness import SIZES, Report, Rounds
+from harness.grpo_fit import timed_fit
 from harness.report import common_arguments, settings_from
+
+# TRL's AsyncGRPOTrainer (trl/experimental/async_grpo) cannot be the peer here: it generates
+# through a vLLM server (async_grpo_trainer.py: `VLLMClient(self.args.vllm_server_base_url, ...)`)
+# and streams the weights to it over NCCL (weight_transfer.py: "Streams the trainer's weights into
+# the vLLM server over NCCL"), a GPU-only transport; so the peer is its synchronous GRPOTrainer.
+TRL_PEER = "TRL GRPOTrainer (synchronous; AsyncGRPOTrainer needs vLLM + NCCL)"
 
 
 def _overrides(args, staleness: int | None, run_dir: str) -> list[str]:
@@ -60,48 +70,26 @@ def _overrides(args, staleness: int | None, run_dir: str) -> list[str]:
         "trainer.eval_every=0",
         "trainer.save_every=0",
         f"trainer.max_staleness={'null' if staleness is None else staleness}",
+        f"trainer.producer={args.producer if staleness is not None else 'thread'}",
         "scheduler.warmup_steps=0",
         f"run_dir={run_dir}",
     ]
 
 
-def _run(args, staleness: int | None, run_dir: str) -> dict:
-    from toolbox.core.events import Event
+def _run(args, staleness: int | None, run_dir: str, trainer: str = "grpo") -> dict:
     from toolbox.experiment import ExperimentBuilder, load_config
 
-    parts = ExperimentBuilder.from_config(load_config(_overrides(args, staleness, run_dir))).build()
-    t = parts.trainer
-    stamps: list[float] = [time.perf_counter()]
-    cpu: list[float] = [time.process_time()]
-    waits: dict[str, list[float]] = {"async/trainer_wait_s": [], "async/producer_wait_s": []}
-    rollout: list[float] = []
-
-    def on_end(d):
-        stamps.append(time.perf_counter())
-        cpu.append(time.process_time())
-        rollout.append(d.metrics["rollout_time"])
-        for key, values in waits.items():
-            values.append(d.metrics.get(key, 0.0))
-
-    t.bus.subscribe(Event.STEP_END, on_end)
-
-    def setup(orig=t.setup):
-        orig()  # starts the producer thread: its first rounds count in the first (warm-up) steps
-        stamps[0], cpu[0] = time.perf_counter(), time.process_time()
-
-    t.setup = setup
-    t.fit()
-    steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)][args.warmup :]
-    cpu_steps = [b - a for a, b in zip(cpu, cpu[1:], strict=False)][args.warmup :]
-    return {
-        "sec_per_step": statistics.median(steps),
-        "steps_per_s": 1.0 / statistics.median(steps),
-        "cpu_sec_per_step": statistics.median(cpu_steps),
-        "rollout_sec_per_step": statistics.median(rollout[args.warmup :]),
-        "trainer_wait_s": statistics.median(waits["async/trainer_wait_s"][args.warmup :]),
-        "producer_wait_s": statistics.median(waits["async/producer_wait_s"][args.warmup :]),
-        "measured_steps": len(steps),
+    overrides = _overrides(args, staleness, run_dir) + ([f"trainer={trainer}"] if trainer != "grpo" else [])
+    parts = ExperimentBuilder.from_config(load_config(overrides)).build()
+    fit = timed_fit(parts.trainer, args.warmup)
+    waits = {
+        name: statistics.median(m.get(f"async/{name}", 0.0) for m in fit.metrics)
+        for name in ("trainer_wait_s", "producer_wait_s")
     }
+    figures = fit.figures()
+    if trainer == "grpo":  # ours: the median round's generation (TRL: the mean, as timed)
+        figures["rollout_sec_per_step"] = statistics.median(fit.generate)
+    return {**figures, **waits}
 
 
 def main(argv=None) -> dict:
@@ -110,10 +98,17 @@ def main(argv=None) -> dict:
         "--model", help="a save_pretrained folder (grpo_arith's SFT start); default: a random tiny Llama"
     )
     p.add_argument("--staleness", type=int, default=1, help="the async side's trainer.max_staleness")
+    p.add_argument(
+        "--producer",
+        choices=("process", "thread"),
+        default="process",
+        help="the async side's trainer.producer",
+    )
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--generations", type=int, default=8)
+    p.add_argument("--no-trl", action="store_true", help="leave out TRL's GRPOTrainer (the slowest side)")
     common_arguments(p)
     args = p.parse_args(argv)
     if args.staleness < 1:
@@ -127,19 +122,24 @@ def main(argv=None) -> dict:
         "async": lambda: _run(args, args.staleness, f"{tmp}/async{next(count)}"),
         "sync": lambda: _run(args, None, f"{tmp}/sync{next(count)}"),
     }
+    peers = {"sync": "toolbox GRPO, synchronous"}
+    if not args.no_trl:
+        sides["trl"] = lambda: _run(args, None, f"{tmp}/trl{next(count)}", trainer="trl_grpo")
+        peers["trl"] = TRL_PEER
     rounds = Rounds(sides, args.settings, args.rounds).run()
-    ratios = {
-        "vs_sync": rounds.ratio("async", "sync", "sec_per_step", higher_is_better=False),
-        "vs_sync_cpu": rounds.ratio("async", "sync", "cpu_sec_per_step", higher_is_better=False),
-    }
+    ratios = {}
+    for peer in peers:
+        ratios[f"vs_{peer}"] = rounds.ratio("async", peer, "sec_per_step", higher_is_better=False)
+        ratios[f"vs_{peer}_cpu"] = rounds.ratio("async", peer, "cpu_sec_per_step", higher_is_better=False)
     row = {
-        "title": f"async GRPO (max_staleness {args.staleness}) vs sync on grpo_arith, {args.prompts} prompts x "
+        "title": f"async GRPO (max_staleness {args.staleness}, producer {args.producer}) vs sync on grpo_arith, "
+        f"{args.prompts} prompts x "
         f"{args.generations} generations",
         "figure": "steps_per_s",
         "unit": "steps/s",
         "ours": "async",  # the side in the "ours" column (both sides are toolbox)
-        "peers": {"sync": "toolbox GRPO, synchronous"},
-        "goal": ">= 1.6x synchronous on 2 cores",
+        "peers": peers,
+        "goal": ">= 1.6x synchronous on 2 cores, >= 2x TRL",
     }
     return report.finish(rounds, ratios, row)
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 
 from harness import SIZES, Report, Rounds
+from harness.grpo_fit import timed_fit
 from harness.report import common_arguments, settings_from
 
 
@@ -50,67 +49,19 @@ def _overrides(args, trainer: str, run_dir: str) -> list[str]:
 
 
 def _run(args, trainer: str, run_dir: str) -> dict:
-    from toolbox.core.events import Event
     from toolbox.experiment import ExperimentBuilder, load_config
 
     parts = ExperimentBuilder.from_config(load_config(_overrides(args, trainer, run_dir))).build()
-    t = parts.trainer
-    stamps: list[float] = [time.perf_counter()]
-    cpu: list[float] = [time.process_time()]
-    gen_time: list[float] = []
-    tokens: list[float] = []
-
-    def on_end(d):
-        stamps.append(time.perf_counter())
-        cpu.append(time.process_time())
-        if trainer == "grpo":
-            gen_time.append(d.metrics["rollout_time"])
-            tokens.append(d.metrics["num_tokens"])
-        else:
-            tokens.append(
-                float(d.metrics.get("completions/mean_length", 0)) * args.prompts * args.generations
-            )
-
-    t.bus.subscribe(Event.STEP_END, on_end)
-    if trainer == "trl_grpo":  # time TRL's generation
-        build = t._trl_trainer
-
-        def timed_trainer():
-            trl = build()
-            inner = trl._generate_single_turn
-
-            def gen(*a, **k):
-                s = time.perf_counter()
-                out = inner(*a, **k)
-                gen_time.append(time.perf_counter() - s)
-                return out
-
-            trl._generate_single_turn = gen
-            stamps[0], cpu[0] = time.perf_counter(), time.process_time()
-            return trl
-
-        t._trl_trainer = timed_trainer
+    fit = timed_fit(parts.trainer, args.warmup)
+    if trainer == "grpo":
+        tokens = [m["num_tokens"] for m in fit.metrics]
     else:
-
-        def setup(orig=t.setup):
-            orig()
-            stamps[0], cpu[0] = time.perf_counter(), time.process_time()
-
-        t.setup = setup
-    t.fit()
-    steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)][args.warmup :]
-    cpu_steps = [b - a for a, b in zip(cpu, cpu[1:], strict=False)][args.warmup :]
-    gens = gen_time[args.warmup :]
-    toks = tokens[args.warmup :]
+        rows = args.prompts * args.generations
+        tokens = [float(m.get("completions/mean_length", 0)) * rows for m in fit.metrics]
     return {
-        "sec_per_step": statistics.median(steps),
-        "steps_per_s": 1.0 / statistics.median(steps),
-        "sec_per_step_mean": sum(steps) / len(steps),
-        "cpu_sec_per_step": statistics.median(cpu_steps),
-        "rollout_tokens_per_s": sum(toks) / max(sum(gens), 1e-9),
-        "rollout_sec_per_step": sum(gens) / max(len(gens), 1),
-        "completion_tokens_per_step": sum(toks) / max(len(toks), 1),
-        "measured_steps": len(steps),
+        **fit.figures(),
+        "rollout_tokens_per_s": sum(tokens) / max(sum(fit.generate), 1e-9),
+        "completion_tokens_per_step": sum(tokens) / max(len(tokens), 1),
     }
 
 

@@ -168,8 +168,14 @@ def test_dynamic_sampling_trains_only_on_groups_whose_rewards_differ(grpo_overri
     parts = _build([*grpo_overrides, *DYNAMIC, "trainer.max_steps=1", DENSE, "optimizer.lr=1e-2"])
     trainer = parts.trainer
     trained, drawn = [], []
-    fill = trainer._fill_logps
-    trainer._fill_logps = lambda rollout, need_old: (trained.append(rollout), fill(rollout, need_old))
+    collect = trainer.collect
+
+    def record(*args):
+        rnd = collect(*args)
+        trained.append(rnd.rollout)
+        return rnd
+
+    trainer.collect = record
     trainer.bus.subscribe(Event.ROLLOUT_END, lambda d: drawn.append(d.payload["rollout"]))
     metrics = _record(parts)
     trainer.fit()

@@ -12,7 +12,9 @@ One ``train_step`` is one rollout round::
     update    ``ppo_epochs`` × minibatches of ``minibatch_size`` rows, one optimizer step each, the
               objective's clipped loss against the old log-probs (computed once per round, and only
               when there is more than one update per round) and, when the objective's beta > 0, the
-              frozen reference's log-probs (computed once per round, without grad)
+              frozen reference's log-probs (computed once per round, without grad, as part of the
+              round's collection: with ``max_staleness`` >= 1 the producer thread computes them
+              beside the update, on the other core)
     sync      the engine sees the new weights: the default torch engine shares the policy's parameters
               (nothing is copied); any other engine gets ``update_weights`` after each optimizer step
 
@@ -63,6 +65,7 @@ from toolbox.rewards.composite import CompositeReward
 from toolbox.rl.advantages import GroupEstimator
 from toolbox.rl.dynamic_sampling import fill_informative
 from toolbox.rl.importance import ImportanceMode
+from toolbox.rl.producer_process import ProducerKind
 from toolbox.rl.rollouts import TextRollout
 from toolbox.serving.engine import SamplingParams
 from toolbox.trainer.base import BaseTrainer
@@ -120,6 +123,10 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
             generated with the policy after r − max_staleness updates while the trainer updates
             on earlier rounds (null: in the training loop, as always; 0: in the producer thread,
             the same numbers bit for bit; >= 1: overlapped, with an engine on a copy of the policy).
+        producer: where the rounds ahead are generated with ``max_staleness`` set: ``thread`` (in
+            this process) or ``process`` (a spawned child with its own engine, loader and
+            rewards built from the run's config, ``toolbox.rl.producer_process``: no interpreter
+            lock shared with the update; the same rounds bit for bit; single-turn GRPO only).
         importance_sampling_correction: weight each token's loss by π_old/π_sampler from the
             engine's sampling log-probs, truncated (TRL's vllm_importance_sampling_correction).
         importance_sampling_mode: token_truncate, token_mask, sequence_truncate or sequence_mask
@@ -159,6 +166,7 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         dynamic_sampling: bool = False,
         max_sampling_draws: AtLeastOne = 4,
         max_staleness: NonNegativeInt | None = None,
+        producer: ProducerKind = "thread",
         importance_sampling_correction: bool = False,
         importance_sampling_mode: ImportanceMode = "token_truncate",
         importance_sampling_cap: PositiveFloat = 3.0,
@@ -217,6 +225,8 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         self.needs_reference = self.objective.needs_reference
         self.reference = parts.reference_model if self.needs_reference else None  # (uses_reference)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.producer_kind = producer
+        self.rollout_worker = parts.rollout_worker  # producer=process: the child's trainer
         self._check_async(max_staleness, importance_sampling_mode, importance_sampling_cap)
         mode = getattr(getattr(self.engine, "batcher", None), "logprobs_mode", None)
         if importance_sampling_correction and mode == "raw" and temperature != 1.0:
@@ -324,18 +334,13 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         )
 
     @torch.no_grad()
-    def _fill_logps(self, rollout: TextRollout, need_old: bool) -> None:
-        olds, refs = [], []
+    def _fill_logps(self, model: Any, rollout: TextRollout, field: str) -> None:
+        """``rollout.<field>``: ``model``'s log-probs of the completions, micro-batch by micro-batch."""
+        logps = []
         for start in range(0, len(rollout), self.micro_batch_size):
             mb = rollout.select(range(start, min(start + self.micro_batch_size, len(rollout))))
-            if need_old:
-                olds.append(self._logps(self.model, mb, False)[0])
-            if self.reference is not None:
-                refs.append(self._logps(self.reference, mb, False)[0])
-        if need_old:
-            rollout.old_logprobs = torch.cat(olds)
-        if refs:
-            rollout.ref_logprobs = torch.cat(refs)
+            logps.append(self._logps(model, mb, False)[0])
+        setattr(rollout, field, torch.cat(logps))
 
     def _draw(
         self, draw: int, times: list[float], round_index: int, drawn: list[TextRollout]
@@ -353,7 +358,9 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         return rollout, metrics
 
     def collect(self, round_index: int, version: int) -> Round:
-        """Round ``round_index``: its prompt batch(es) sampled and scored by the engine as it is."""
+        """Round ``round_index``: its prompt batch(es) sampled and scored by the engine as it is, and
+        the frozen reference's log-probs of the kept rollout (in the producer thread when there is
+        one, so that they cost the update nothing)."""
         times = [0.0, 0.0, 0.0]  # rollout seconds, reward seconds, generated tokens
         drawn: list[TextRollout] = []
         rollout, metrics = self._draw(0, times, round_index, drawn)
@@ -362,6 +369,10 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
             draw_more = lambda i: self._draw(i, times, round_index, drawn)[0]  # noqa: E731
             rollout, stats = fill_informative(rollout, draw_more, *more)
             metrics.update(stats)
+        if self.reference is not None:  # frozen: the same numbers here or in the update
+            t = time.perf_counter()
+            self._fill_logps(self.reference, rollout, "ref_logprobs")
+            metrics["reference_time"] = time.perf_counter() - t
         return Round(
             round_index, version, rollout, metrics, *times, drawn=drawn,
             loader=self.loader.state_dict(), reward_errors=dict(self.reward.errors),
@@ -381,7 +392,10 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         self.model.train()
         updates_per_epoch = math.ceil(len(rollout) / self.minibatch_size)
         need_old = self.ppo_epochs * updates_per_epoch > 1
-        self._fill_logps(rollout, need_old)
+        if need_old:
+            self._fill_logps(self.model, rollout, "old_logprobs")
+        if self.reference is not None and rollout.ref_logprobs is None:  # a round queued before
+            self._fill_logps(self.reference, rollout, "ref_logprobs")  # collect computed them
         generator = torch.Generator().manual_seed(self.context.seed * 7919 + self.step)
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
