@@ -1,25 +1,26 @@
 """Asynchronous GRPO (``trainer.max_staleness``) vs synchronous GRPO on grpo_arith: the same work.
 
     .venv/bin/python benchmarks/grpo_async.py [--model SFT_MODEL_DIR] [--staleness 1] [--steps 8]
-        [--warmup 2] [--prompts 8] [--generations 8] [--producer process|thread] [--no-trl]
+        [--warmup 2] [--prompts 8] [--generations 8] [--forward lean|exact|model] [--no-trl]
         [--rounds 3] [--threads 1] [--out F]
 
 Both sides build ``experiment=grpo_arith`` (two-digit additions, the exact-answer reward, beta
 0.04, temperature 1, one optimizer step per round) with the same overrides; the only difference is
-``trainer.max_staleness`` (sync: null, the rollout inside the training loop; async: the producer,
-round r generated with the policy after r − k updates, by a child process with its own engine, or
-with ``--producer thread`` by a thread with an engine on a copy of the policy).
+``trainer.max_staleness`` (sync: null, the rollout inside the training loop; async: the producer
+thread, round r generated with the policy after r − k updates, an engine on a copy of the policy).
 Both generate the same number of rollouts (``--prompts`` × ``--generations`` completions of
 ``max_completion_length`` 6 tokens a round) and make the same number of updates. Dynamic sampling
 is off on both sides (it draws a different number of prompt batches per round depending on the
 rewards, which are not the same once the policies differ). Without ``--model`` the policy is a
-random tiny Llama (the char tokenizer): the work is the same, the rewards are mostly 0.
+random tiny Llama (the char tokenizer): the work is the same, the rewards are mostly 0. The README
+row's model is ``outputs/sft_arith/model``, what ``toolbox train experiment=sft_arith`` writes.
 
 Reported per side: seconds per round (median over the measured rounds, after ``--warmup``; wall and
 CPU time of the process, which for async includes the producer thread), and for async the median
 seconds the trainer waited for a round and the producer waited for weights. Ratios sync / async
 (> 1: async faster) per alternating round, under the same process-wide torch settings
-(benchmarks/harness). A third side, unless ``--no-trl``: TRL's GRPOTrainer (``trainer=trl_grpo``) on
+(benchmarks/harness). Both our sides compute log-probs with ``trainer.forward`` (``--forward``, default
+lean). A third side, unless ``--no-trl``: TRL's GRPOTrainer (``trainer=trl_grpo``) on
 the same work (its synchronous trainer; ``TRL_PEER`` below says why not its AsyncGRPOTrainer), its
 generation timed around ``_generate_single_turn``. One JSON object.
 """
@@ -70,7 +71,6 @@ def _overrides(args, staleness: int | None, run_dir: str) -> list[str]:
         "trainer.eval_every=0",
         "trainer.save_every=0",
         f"trainer.max_staleness={'null' if staleness is None else staleness}",
-        f"trainer.producer={args.producer if staleness is not None else 'thread'}",
         "scheduler.warmup_steps=0",
         f"run_dir={run_dir}",
     ]
@@ -79,7 +79,8 @@ def _overrides(args, staleness: int | None, run_dir: str) -> list[str]:
 def _run(args, staleness: int | None, run_dir: str, trainer: str = "grpo") -> dict:
     from toolbox.experiment import ExperimentBuilder, load_config
 
-    overrides = _overrides(args, staleness, run_dir) + ([f"trainer={trainer}"] if trainer != "grpo" else [])
+    ours = [f"trainer.forward={args.forward}"]  # TRL computes log-probs with the model's forward
+    overrides = _overrides(args, staleness, run_dir) + (ours if trainer == "grpo" else [f"trainer={trainer}"])
     parts = ExperimentBuilder.from_config(load_config(overrides)).build()
     fit = timed_fit(parts.trainer, args.warmup)
     waits = {
@@ -98,16 +99,13 @@ def main(argv=None) -> dict:
         "--model", help="a save_pretrained folder (grpo_arith's SFT start); default: a random tiny Llama"
     )
     p.add_argument("--staleness", type=int, default=1, help="the async side's trainer.max_staleness")
-    p.add_argument(
-        "--producer",
-        choices=("process", "thread"),
-        default="process",
-        help="the async side's trainer.producer",
-    )
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--generations", type=int, default=8)
+    p.add_argument(
+        "--forward", choices=("lean", "exact", "model"), default="lean", help="our sides' trainer.forward"
+    )
     p.add_argument("--no-trl", action="store_true", help="leave out TRL's GRPOTrainer (the slowest side)")
     common_arguments(p)
     args = p.parse_args(argv)
@@ -132,7 +130,8 @@ def main(argv=None) -> dict:
         ratios[f"vs_{peer}"] = rounds.ratio("async", peer, "sec_per_step", higher_is_better=False)
         ratios[f"vs_{peer}_cpu"] = rounds.ratio("async", peer, "cpu_sec_per_step", higher_is_better=False)
     row = {
-        "title": f"async GRPO (max_staleness {args.staleness}, producer {args.producer}) vs sync on grpo_arith, "
+        "title": f"async GRPO (max_staleness {args.staleness}, forward {args.forward}) vs "
+        "sync on grpo_arith, "
         f"{args.prompts} prompts x "
         f"{args.generations} generations",
         "figure": "steps_per_s",

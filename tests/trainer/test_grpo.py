@@ -12,6 +12,7 @@ from tests.trainer.grpo_setup import GRPO
 from toolbox.core.events import Event
 from toolbox.core.registries import REWARDS
 from toolbox.experiment import ExperimentBuilder, load_config
+from toolbox.nn.llama_training import LlamaTrainingForward
 
 torch.set_num_threads(1)
 
@@ -239,3 +240,36 @@ def test_perplexity_of_a_prompt_only_run_scores_the_reference_answers(grpo_overr
     assert metrics["eval/loss"] > 0
     assert metrics["eval/loss"] == pytest.approx(expected["eval/loss"], rel=1e-6)
     assert metrics["eval/token_accuracy"] == pytest.approx(expected["eval/token_accuracy"])
+
+
+@pytest.mark.parametrize("forward", ["exact", "lean"])
+def test_the_lean_forward_gives_the_models_log_probs(grpo_overrides, tmp_path, forward):
+    """trainer.forward: exact is the model's forward bit for bit; lean equal up to float rounding.
+    Prompts of one length (zero-padded two-digit sums), so the lean path covers every row."""
+    same_length = ["data.source.digits=2", "data.source.zero_pad=true", "objective.beta=0.04",
+                   "trainer.max_steps=3", DENSE, "optimizer.lr=1e-2"]  # fmt: skip
+    runs = {}
+    for kind in ("model", forward):
+        parts = _build(
+            [*grpo_overrides, *same_length, f"trainer.forward={kind}", f"run_dir={tmp_path / kind}"]
+        )
+        lean = parts.trainer._policy_forward
+        if kind != "model":
+            assert (
+                isinstance(lean, LlamaTrainingForward) and parts.trainer._reference_forward is not parts.model
+            )
+            calls = []
+            inner = lean._forward
+            lean._forward = lambda *a, _calls=calls, _inner=inner, **k: _calls.append(1) or _inner(*a, **k)
+        metrics = _record(parts)
+        parts.trainer.fit()
+        if kind != "model":
+            assert len(calls) == 3  # each step's policy forward took the lean path
+        runs[kind] = (metrics, {k: v.clone() for k, v in parts.model.state_dict().items()})
+    (base, base_w), (other, other_w) = runs["model"], runs[forward]
+    if forward == "exact":
+        assert [m["loss"] for m in other] == [m["loss"] for m in base]
+        assert all(torch.equal(base_w[k], other_w[k]) for k in base_w)
+    else:
+        assert [m["loss"] for m in other] == pytest.approx([m["loss"] for m in base], abs=1e-5)
+        assert all(torch.allclose(base_w[k], other_w[k], atol=1e-4) for k in base_w)

@@ -4,7 +4,6 @@ a SIGKILLed run resumes to the uninterrupted run's weights bit for bit."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -20,7 +19,6 @@ from toolbox.core.errors import ConfigError
 from toolbox.core.events import Event
 from toolbox.core.registries import REWARDS
 from toolbox.experiment import ExperimentBuilder, load_config
-from toolbox.rl.producer import ProducerError
 
 torch.set_num_threads(1)
 
@@ -190,41 +188,6 @@ def test_metrics_reach_metrics_jsonl(grpo, tmp_path):
         assert key in text, key
 
 
-@pytest.mark.parametrize("staleness", [0, 1])
-def test_a_rollout_process_trains_as_the_producer_thread_bit_for_bit(grpo, tmp_path, staleness):
-    """trainer.producer=process: the child builds its own engine, loader and rewards (and this test
-    module's reward, registered here) from the config and generates the thread's rounds exactly."""
-    steps = [*grpo, "trainer.max_steps=4", f"trainer.max_staleness={staleness}", "trainer.ppo_epochs=2",
-             "trainer.minibatch_size=8", "objective.beta=0.04"]  # fmt: skip
-    thread, thread_m, thread_r = _fit([*steps, f"run_dir={tmp_path / 'thread'}"])
-    child, child_m, child_r = _fit([*steps, f"run_dir={tmp_path / 'process'}", "trainer.producer=process"])
-    assert child.trainer.in_process and child.trainer.producer is None  # closed at the end
-    assert [m["loss"] for m in child_m] == [m["loss"] for m in thread_m]
-    assert [m["async/staleness"] for m in child_m] == [m["async/staleness"] for m in thread_m]
-    for a, b in zip(thread_r, child_r, strict=True):
-        assert a.ref_logprobs is not None
-        for name in ("completion_ids", "ref_logprobs", "rewards"):
-            assert torch.equal(getattr(a, name), getattr(b, name)), name
-    _assert_bitwise_equal(_weights(child), _weights(thread))
-    assert child.trainer.loader.state_dict() == thread.trainer.loader.state_dict()
-
-
-def test_a_rollout_process_failure_reaches_the_trainer(grpo, tmp_path):
-    parts = _build([*grpo, "trainer.max_steps=2", "trainer.max_staleness=1", "trainer.producer=process",
-                    f"run_dir={tmp_path / 'run'}"])  # fmt: skip
-    worker = parts.trainer.rollout_worker
-    parts.trainer.rollout_worker = functools.partial(
-        worker.func, worker.args[0], "not: [a config", *worker.args[2:]
-    )
-    with pytest.raises(ProducerError, match="the rollout process failed"):
-        parts.trainer.fit()
-
-
-def test_producer_process_is_refused_where_it_cannot_run(grpo, tmp_path):
-    with pytest.raises(ConfigError, match="max_staleness is null"):
-        _build([*grpo, "trainer.producer=process", f"run_dir={tmp_path / 'a'}"])
-
-
 KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import torch
@@ -237,34 +200,21 @@ KILL_SCRIPT = textwrap.dedent("""
         return lambda prompts, completions, **f: [float(c[:1].isdigit()) for c in completions]
 
     from toolbox.experiment import ExperimentBuilder, load_config
-
+    parts = ExperimentBuilder.from_config(load_config(sys.argv[1:])).build()
     def die(d):
         if d.step == 2:
             os.kill(os.getpid(), signal.SIGKILL)
-
-    if __name__ == "__main__":  # a rollout process (spawned) imports this file again
-        parts = ExperimentBuilder.from_config(load_config(sys.argv[1:])).build()
-        parts.trainer.bus.subscribe(Event.CHECKPOINT_SAVED, die)
-        parts.trainer.fit()
+    parts.trainer.bus.subscribe(Event.CHECKPOINT_SAVED, die)
+    parts.trainer.fit()
 """)
 
 
-@pytest.mark.parametrize(
-    ("staleness", "correction", "producer"),
-    [
-        (1, False, "thread"),
-        (2, False, "thread"),
-        (1, True, "thread"),
-        (2, True, "thread"),
-        (2, True, "process"),
-    ],
-)
-def test_sigkilled_async_run_resumes_bit_for_bit(grpo, tmp_path, staleness, correction, producer):
+@pytest.mark.parametrize(("staleness", "correction"), [(1, False), (2, False), (1, True), (2, True)])
+def test_sigkilled_async_run_resumes_bit_for_bit(grpo, tmp_path, staleness, correction):
     """With the importance-sampling correction too: the engine's sampling log-probs it reads must
-    not depend on when the producer thread's requests reach the engine thread. A rollout process
-    dies with its trainer and a resumed run starts a new one where the checkpoint stood."""
+    not depend on when the producer thread's requests reach the engine thread."""
     steps = [*grpo, "trainer.max_steps=5", "trainer.save_every=2", f"trainer.max_staleness={staleness}",
-             "trainer.ppo_epochs=2", "trainer.minibatch_size=8", f"trainer.producer={producer}",
+             "trainer.ppo_epochs=2", "trainer.minibatch_size=8",
              f"trainer.importance_sampling_correction={str(correction).lower()}"]  # fmt: skip
     full, full_m, full_r = _fit([*steps, f"run_dir={tmp_path / 'full'}"])
     run = [*steps, f"run_dir={tmp_path / 'killed'}"]

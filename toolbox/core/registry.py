@@ -98,11 +98,6 @@ class Registry:
         self._entries[name] = obj
         obj._registry_name = name  # type: ignore[attr-defined]
 
-    def entry_modules(self) -> set[str]:
-        """The modules the entries registered so far were defined in (a spawned process imports
-        them again so that the same names resolve there)."""
-        return {m for obj in self._entries.values() if (m := getattr(obj, "__module__", None))}
-
     # lookup --------------------------------------------------------------------------------
     def names(self) -> list[str]:
         self._load_plugins()

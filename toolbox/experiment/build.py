@@ -11,7 +11,6 @@ list in ``schema.py``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -60,9 +59,6 @@ class Components:
     dataset: DatasetFactory | None = None  # the dataset factory (its settings: max_length, field names)
     reference_model: torch.nn.Module | None = None  # the frozen reference (trainer and objective use one)
     engine: InferenceEngine | None = None  # the inference engine, when the trainer generates (GRPO)
-    # trainer.producer=process: builds (collect, load_weights) in the rollout process, given the
-    # loader state and reward errors to start from (toolbox.experiment.rollout_worker)
-    rollout_worker: Callable[[dict[str, Any], dict[str, int]], Any] | None = None
     trainer: BaseTrainer | None = None
     env: GymEnv | None = None  # when the config has an env: node
 
@@ -191,13 +187,6 @@ class ExperimentBuilder:
                 )
             if trainer_cls.uses_engine:
                 parts.engine = self.build_engine(trainer_cls, settings, strategy.unwrap(model), tokenizer)
-            if settings.get("producer") == "process":
-                from toolbox.experiment.rollout_worker import grpo_rollout_worker, registering_modules
-
-                resolved = OmegaConf.to_yaml(cfg, resolve=True)
-                parts.rollout_worker = functools.partial(
-                    grpo_rollout_worker, type(self), resolved, registering_modules()
-                )
             parts.trainer = trainer_cls.from_builder(parts, **settings)
         return parts
 

@@ -41,10 +41,21 @@ def token_logprobs(
     a left-padded prompt), and the per-position entropy when ``with_entropy``. ``temperature``
     divides the logits first, matching a sampler that used it.
     """
-    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
-    if logits_to_keep is not None:
-        kwargs["logits_to_keep"] = logits_to_keep + 1
-    logits = model(**kwargs).logits[:, :-1]
+    if isinstance(model, LlamaTrainingForward) and logits_to_keep is not None:
+        # the lean forward: the last layer, final norm and output layer only where logits are kept
+        rows, length = input_ids.shape
+        keep = torch.zeros_like(input_ids, dtype=torch.bool)
+        keep[:, length - logits_to_keep - 1 : length - 1] = True
+        logits = model(input_ids, attention_mask, logits_mask=keep).logits.view(rows, logits_to_keep, -1)
+    else:
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "use_cache": False,
+        }
+        if logits_to_keep is not None:
+            kwargs["logits_to_keep"] = logits_to_keep + 1
+        logits = model(**kwargs).logits[:, :-1]
     targets = input_ids[:, 1:] if logits_to_keep is None else input_ids[:, -logits_to_keep:]
     if temperature != 1.0:
         logits = logits / temperature

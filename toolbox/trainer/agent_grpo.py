@@ -59,8 +59,6 @@ class AgentGRPOTrainer(GRPOTrainer):
             ``max_completion_length``: the environment gives the reward and the token budget.
     """
 
-    process_rollouts = False  # episodes are traced into the run folder's store: a producer thread
-
     config_from_base = True  # the grpo trainer's settings are this trainer's too (toolbox.core.registry)
     config_excludes = ("rewards", "max_completion_length")
 

@@ -58,6 +58,7 @@ from toolbox.core.events import Event
 from toolbox.core.registries import ADVANTAGES, TRAINERS
 from toolbox.data.loader import BatchLoader
 from toolbox.nn.adapters import is_adapted, merged_state_dict
+from toolbox.nn.llama_training import training_forward
 from toolbox.objectives.base import PolicyObjective
 from toolbox.objectives.logprobs import token_logprobs
 from toolbox.objectives.policy import PolicyBatch
@@ -65,7 +66,6 @@ from toolbox.rewards.composite import CompositeReward
 from toolbox.rl.advantages import GroupEstimator
 from toolbox.rl.dynamic_sampling import fill_informative
 from toolbox.rl.importance import ImportanceMode
-from toolbox.rl.producer_process import ProducerKind
 from toolbox.rl.rollouts import TextRollout
 from toolbox.serving.engine import SamplingParams
 from toolbox.trainer.base import BaseTrainer
@@ -123,10 +123,11 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
             generated with the policy after r − max_staleness updates while the trainer updates
             on earlier rounds (null: in the training loop, as always; 0: in the producer thread,
             the same numbers bit for bit; >= 1: overlapped, with an engine on a copy of the policy).
-        producer: where the rounds ahead are generated with ``max_staleness`` set: ``thread`` (in
-            this process) or ``process`` (a spawned child with its own engine, loader and
-            rewards built from the run's config, ``toolbox.rl.producer_process``: no interpreter
-            lock shared with the update; the same rounds bit for bit; single-turn GRPO only).
+        forward: how a Hugging Face Llama-layout policy and reference compute the completions'
+            log-probs: ``model`` (their own forward), ``lean`` (``toolbox.nn.llama_training``: the
+            same function with fewer ops, the last layer only at the completion positions; equal
+            up to float rounding) or ``exact`` (leaner, bitwise the model's). Rows with left
+            padding (prompts of different lengths) and other models use their own forward.
         importance_sampling_correction: weight each token's loss by π_old/π_sampler from the
             engine's sampling log-probs, truncated (TRL's vllm_importance_sampling_correction).
         importance_sampling_mode: token_truncate, token_mask, sequence_truncate or sequence_mask
@@ -166,7 +167,7 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         dynamic_sampling: bool = False,
         max_sampling_draws: AtLeastOne = 4,
         max_staleness: NonNegativeInt | None = None,
-        producer: ProducerKind = "thread",
+        forward: Literal["lean", "exact", "model"] = "model",
         importance_sampling_correction: bool = False,
         importance_sampling_mode: ImportanceMode = "token_truncate",
         importance_sampling_cap: PositiveFloat = 3.0,
@@ -224,9 +225,17 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         self.shared_engine = self.engine is not None and self.engine.shares_model(self.policy)
         self.needs_reference = self.objective.needs_reference
         self.reference = parts.reference_model if self.needs_reference else None  # (uses_reference)
+        # what computes the log-probs: the lean forward where one covers the model, else the model
+        lean = forward != "model"
+        self._policy_forward = (
+            training_forward(self.model, exact=forward == "exact") if lean else None
+        ) or self.model
+        self._reference_forward = (
+            training_forward(self.reference, exact=forward == "exact")
+            if lean and self.reference is not None
+            else None
+        ) or self.reference
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.producer_kind = producer
-        self.rollout_worker = parts.rollout_worker  # producer=process: the child's trainer
         self._check_async(max_staleness, importance_sampling_mode, importance_sampling_cap)
         mode = getattr(getattr(self.engine, "batcher", None), "logprobs_mode", None)
         if importance_sampling_correction and mode == "raw" and temperature != 1.0:
@@ -371,7 +380,7 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
             metrics.update(stats)
         if self.reference is not None:  # frozen: the same numbers here or in the update
             t = time.perf_counter()
-            self._fill_logps(self.reference, rollout, "ref_logprobs")
+            self._fill_logps(self._reference_forward, rollout, "ref_logprobs")
             metrics["reference_time"] = time.perf_counter() - t
         return Round(
             round_index, version, rollout, metrics, *times, drawn=drawn,
@@ -393,9 +402,9 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         updates_per_epoch = math.ceil(len(rollout) / self.minibatch_size)
         need_old = self.ppo_epochs * updates_per_epoch > 1
         if need_old:
-            self._fill_logps(self.model, rollout, "old_logprobs")
+            self._fill_logps(self._policy_forward, rollout, "old_logprobs")
         if self.reference is not None and rollout.ref_logprobs is None:  # a round queued before
-            self._fill_logps(self.reference, rollout, "ref_logprobs")  # collect computed them
+            self._fill_logps(self._reference_forward, rollout, "ref_logprobs")  # collect computed them
         generator = torch.Generator().manual_seed(self.context.seed * 7919 + self.step)
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
@@ -410,7 +419,7 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
                 for s in range(0, len(mb), self.micro_batch_size):
                     micro = mb.select(range(s, min(s + self.micro_batch_size, len(mb))))
                     with self.precision.autocast():
-                        logps, entropy = self._logps(self.model, micro, with_entropy)
+                        logps, entropy = self._logps(self._policy_forward, micro, with_entropy)
                         weights = self._is_weights(micro, logps, is_stats) if self.is_correction else None
                         out = self.objective(
                             PolicyBatch(

@@ -11,7 +11,6 @@ and ``docs/post_training.md`` (Asynchronous GRPO).
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,6 @@ from toolbox.core.errors import ConfigError
 from toolbox.nn.adapters import is_adapted, merged_state_dict
 from toolbox.rl.importance import IMPORTANCE_MODES, importance_weights
 from toolbox.rl.producer import RolloutProducer
-from toolbox.rl.producer_process import ProcessProducer
 from toolbox.rl.rollouts import TextRollout
 
 
@@ -52,22 +50,13 @@ class AsyncRollouts:
     """The producer-thread methods of the GRPO trainer (a mixin: it reads the trainer's policy,
     engine, step, ``max_staleness`` and ``collect``)."""
 
-    producer: RolloutProducer[Round] | ProcessProducer[Round] | None
-    #: whether ``trainer.producer=process`` may generate this trainer's rounds (its rollouts need
-    #: nothing of this process: no trace store, no served endpoint)
-    process_rollouts = True
+    producer: RolloutProducer[Round] | None
     _restored_rounds: list[Round]
 
     @classmethod
     def engine_on_copy(cls, settings: dict[str, Any]) -> bool:
-        """With ``max_staleness`` >= 1 a producer thread's engine generates while the policy trains:
-        its own copy (a rollout process has its own; this process's engine only evaluates)."""
-        return bool(settings.get("max_staleness")) and settings.get("producer", "thread") == "thread"
-
-    @property
-    def in_process(self) -> bool:
-        """Whether the rounds ahead come from a child process (``trainer.producer=process``)."""
-        return self.max_staleness is not None and self.producer_kind == "process"
+        """With ``max_staleness`` >= 1 the engine generates while the policy trains: its own copy."""
+        return bool(settings.get("max_staleness"))
 
     def _check_async(self, max_staleness: int | None, mode: str, cap: float) -> None:
         if max_staleness is not None and max_staleness < 0:
@@ -79,9 +68,7 @@ class AsyncRollouts:
                 "trainer.max_staleness needs trainer.seed_sampling=true (a thread's draws must not "
                 "depend on the global random state); set it or max_staleness=null."
             )
-        if self.producer_kind == "process":
-            self._check_process(max_staleness)
-        elif max_staleness and self.shared_engine:
+        if max_staleness and self.shared_engine:
             raise ConfigError(
                 "trainer.max_staleness >= 1 needs an engine on its own copy of the policy, but the "
                 "engine shares it; build the trainer through ExperimentBuilder (it copies the policy)."
@@ -92,28 +79,6 @@ class AsyncRollouts:
             )
         if cap <= 0:
             raise ConfigError(f"trainer.importance_sampling_cap: {cap}; it must be > 0 (TRL's default: 3.0).")
-
-    def _check_process(self, max_staleness: int | None) -> None:
-        if max_staleness is None:
-            raise ConfigError(
-                "trainer.producer=process generates the rounds ahead, but trainer.max_staleness is "
-                "null (no rounds ahead); set max_staleness (1: overlapped) or producer=thread."
-            )
-        if not self.process_rollouts:
-            raise ConfigError(
-                f"trainer.producer=process: {type(self).__name__} rolls out episodes that it traces "
-                "into the run folder, which a child process does not; use producer=thread."
-            )
-        if self.context.world_size > 1:
-            raise ConfigError(
-                "trainer.producer=process runs with one process per run only (this run has "
-                f"{self.context.world_size} ranks); use producer=thread."
-            )
-        if self.rollout_worker is None:
-            raise ConfigError(
-                "trainer.producer=process needs the run's config to build its child from; build the "
-                "trainer through ExperimentBuilder."
-            )
 
     def _produce(self, round_index: int, version: int) -> Round:
         """``collect`` in the producer thread (with the trainer's intra-op thread count)."""
@@ -132,9 +97,6 @@ class AsyncRollouts:
             self._publish(self.step)
             snapshot = time.perf_counter() - ts
         rnd, trainer_wait, producer_wait = self.producer.take(self.step)
-        if self.in_process:  # the child drew it: this process's loader and counts follow
-            self.loader.load_state_dict(rnd.loader)
-            self.reward.errors.update(rnd.reward_errors)
         return rnd, {
             "async/staleness": float(self.step - rnd.version),
             "async/trainer_wait_s": trainer_wait,
@@ -152,8 +114,7 @@ class AsyncRollouts:
         """The policy after ``version`` updates, for the rounds generated with it."""
         if not self.producer.needs(version):
             return
-        shared = self.shared_engine and not self.in_process
-        self.producer.publish(version, None if shared else self.weights_snapshot())
+        self.producer.publish(version, None if self.shared_engine else self.weights_snapshot())
 
     def _load_engine_weights(self, snapshot: dict[str, torch.Tensor] | None) -> None:
         if snapshot is None:  # an engine sharing the policy: it only refreshes derived copies
@@ -162,26 +123,16 @@ class AsyncRollouts:
             self.engine.update_weights(snapshot)
 
     def start_producer(self) -> None:
-        """Start the rollout thread (or process) at the current step (with the rounds a checkpoint
-        held)."""
-        schedule = {
-            "max_staleness": self.max_staleness,
-            "start": self.step,
-            "end": self.max_steps,
-            "queued": self._restored_rounds,
-        }
+        """Start the rollout thread at the current step (with the rounds a checkpoint held)."""
         try:
-            if self.in_process:
-                worker = functools.partial(
-                    self.rollout_worker,
-                    loader_state=self.loader.state_dict(),
-                    reward_errors=dict(self.reward.errors),
-                )
-                self.producer = ProcessProducer(
-                    worker, self.weights_snapshot(), threads=self._threads, **schedule
-                )
-            else:
-                self.producer = RolloutProducer(self._produce, self._load_engine_weights, **schedule)
+            self.producer = RolloutProducer(
+                self._produce,
+                self._load_engine_weights,
+                max_staleness=self.max_staleness,
+                start=self.step,
+                end=self.max_steps,
+                queued=self._restored_rounds,
+            )
         except ValueError as e:
             raise ConfigError(
                 f"trainer.max_staleness: {e}; resume with the max_staleness it was saved with."
