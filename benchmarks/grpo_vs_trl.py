@@ -1,11 +1,13 @@
 """Our GRPO trainer vs TRL's GRPOTrainer: the same tiny model, data and GRPO settings.
 
-    .venv/bin/python benchmarks/grpo_vs_trl.py [--size tiny|85m] [--steps 8] [--warmup 2] [--rounds 3] [--out F]
+    .venv/bin/python benchmarks/grpo_vs_trl.py [--size tiny|85m] [--steps 8] [--warmup 2] [--forward lean]
+        [--rounds 3] [--out F]
 
 Both sides build from one config (tiny Llama, char tokenizer, arithmetic prompts, prompt_only data,
 objective=grpo with beta 0, one optimizer step per rollout of prompts × generations completions,
 temperature 1, no eos expected from a random model so every completion runs to
-``max_completion_length``). Reported per side: seconds per optimizer step (median over the measured
+``max_completion_length``; our side computes log-probs with ``trainer.forward``, ``--forward``, default
+lean, TRL with the model's forward). Reported per side: seconds per optimizer step (median over the measured
 steps, after ``--warmup``; in wall and CPU time), rollout tokens/s (completion tokens / generation seconds: our engine's
 rollout time, TRL's ``_generate_single_turn``), and the ratios ours / TRL, over alternating rounds under the same
 process-wide torch settings (benchmarks/harness). One JSON object.
@@ -51,7 +53,8 @@ def _overrides(args, trainer: str, run_dir: str) -> list[str]:
 def _run(args, trainer: str, run_dir: str) -> dict:
     from toolbox.experiment import ExperimentBuilder, load_config
 
-    parts = ExperimentBuilder.from_config(load_config(_overrides(args, trainer, run_dir))).build()
+    ours = [f"trainer.forward={args.forward}"] if trainer == "grpo" else []  # TRL: the model's forward
+    parts = ExperimentBuilder.from_config(load_config(_overrides(args, trainer, run_dir) + ours)).build()
     fit = timed_fit(parts.trainer, args.warmup)
     if trainer == "grpo":
         tokens = [m["num_tokens"] for m in fit.metrics]
@@ -72,6 +75,9 @@ def main(argv=None) -> dict:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--generations", type=int, default=8)
     p.add_argument("--length", type=int, default=16)
+    p.add_argument(
+        "--forward", choices=("lean", "exact", "model"), default="lean", help="our side's trainer.forward"
+    )
     common_arguments(p)
     args = p.parse_args(argv)
     args.settings = settings_from(args)

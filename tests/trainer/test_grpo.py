@@ -242,12 +242,18 @@ def test_perplexity_of_a_prompt_only_run_scores_the_reference_answers(grpo_overr
     assert metrics["eval/token_accuracy"] == pytest.approx(expected["eval/token_accuracy"])
 
 
-@pytest.mark.parametrize("forward", ["exact", "lean"])
-def test_the_lean_forward_gives_the_models_log_probs(grpo_overrides, tmp_path, forward):
-    """trainer.forward: exact is the model's forward bit for bit; lean equal up to float rounding.
-    Prompts of one length (zero-padded two-digit sums), so the lean path covers every row."""
-    same_length = ["data.source.digits=2", "data.source.zero_pad=true", "objective.beta=0.04",
-                   "trainer.max_steps=3", DENSE, "optimizer.lr=1e-2"]  # fmt: skip
+@pytest.mark.parametrize(
+    ("forward", "prompts"), [("exact", "one_length"), ("lean", "one_length"), ("lean", "left_padded")]
+)
+def test_the_lean_forward_gives_the_models_log_probs(grpo_overrides, tmp_path, forward, prompts):
+    """trainer.forward: exact is the model's forward bit for bit; lean equal up to float rounding,
+    on prompts of one length (zero-padded two-digit sums) and on left-padded ones (1-3 digits)."""
+    data = (
+        ["data.source.digits=2", "data.source.zero_pad=true"]
+        if prompts == "one_length"
+        else ["data.source.digits=3"]
+    )
+    same_length = [*data, "objective.beta=0.04", "trainer.max_steps=3", DENSE, "optimizer.lr=1e-2"]
     runs = {}
     for kind in ("model", forward):
         parts = _build(

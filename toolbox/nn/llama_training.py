@@ -324,6 +324,23 @@ def training_forward(model: Any, exact: bool = False) -> LlamaTrainingForward | 
     return LlamaTrainingForward(model, exact=exact) if plain else None
 
 
+def left_padded_as_packed(attention_mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """A left-padded batch's ``(position_ids, 4-D additive mask)``, the packed form the lean forward
+    takes: positions ``0 .. L-1`` whatever the padding (what transformers gives a model called
+    without ``position_ids``), each token attending to the real tokens up to itself. A padding
+    query attends to itself only, so that its (unread) output stays finite: a fully masked row would
+    be NaN, and NaN times a zero gradient is NaN in the weights' gradients."""
+    batch, length = attention_mask.shape
+    device = attention_mask.device
+    positions = torch.arange(length, device=device).expand(batch, length)
+    causal = torch.ones((length, length), dtype=torch.bool, device=device).tril()
+    allowed = causal & attention_mask.bool()[:, None, :]  # [batch, query, key]
+    allowed |= torch.eye(length, dtype=torch.bool, device=device)
+    mask = torch.zeros((batch, 1, length, length), dtype=dtype, device=device)
+    mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+    return positions, mask
+
+
 def _packed_mask(mask: Tensor | None, shape: torch.Size) -> bool:
     """Whether ``mask`` is the packing collators' form: additive float ``[batch, 1, L, L]``."""
     batch, length = shape

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from toolbox.nn.adapters import AdapterDisabledReference
-from toolbox.nn.llama_training import LlamaTrainingForward
+from toolbox.nn.llama_training import LlamaTrainingForward, left_padded_as_packed
 
 
 def selective_log_softmax(logits: Tensor, tokens: Tensor) -> Tensor:
@@ -46,7 +46,15 @@ def token_logprobs(
         rows, length = input_ids.shape
         keep = torch.zeros_like(input_ids, dtype=torch.bool)
         keep[:, length - logits_to_keep - 1 : length - 1] = True
-        logits = model(input_ids, attention_mask, logits_mask=keep).logits.view(rows, logits_to_keep, -1)
+        positions = None
+        left_padded = attention_mask is not None and not bool(attention_mask[:, 0].all())
+        if left_padded and not model.exact:  # (exact: the model's own forward, bitwise its mask)
+            positions, attention_mask = left_padded_as_packed(
+                attention_mask, model.model.lm_head.weight.dtype
+            )
+        logits = model(input_ids, attention_mask, positions, logits_mask=keep).logits.view(
+            rows, logits_to_keep, -1
+        )
     else:
         kwargs: dict[str, Any] = {
             "input_ids": input_ids,
