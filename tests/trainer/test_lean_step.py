@@ -1,4 +1,4 @@
-"""The lean clip and fused AdamW step (toolbox/trainer/lean_step.py) are bitwise torch's, and stand
+"""The lean clip, fused AdamW step and zero_grads (toolbox/trainer/lean_step.py) are torch's, and stand
 aside (None / False) for what they do not cover."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from toolbox.trainer.lean_step import clip_grad_norm, fused_adamw_step
+from toolbox.trainer.lean_step import clip_grad_norm, fused_adamw_step, zero_grads
 from toolbox.trainer.optim import adamw
 
 
@@ -105,3 +105,26 @@ def test_fused_adamw_step_stands_aside_for_hooks_and_fresh_state():
     assert fused_adamw_step(opt) is False
     handle.remove()
     assert fused_adamw_step(opt) is True
+
+
+def test_zero_grads_sets_every_grad_to_none():
+    model = _model()
+    opt = adamw(model)
+    _backward(model, 0)
+    zero_grads(opt)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_zero_grads_calls_an_overridden_zero_grad():
+    class Counting(torch.optim.SGD):
+        calls = 0
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            Counting.calls += 1
+            super().zero_grad(set_to_none)
+
+    model = _model()
+    opt = Counting(model.parameters(), lr=0.1)
+    _backward(model, 0)
+    zero_grads(opt)
+    assert Counting.calls == 1 and all(p.grad is None for p in model.parameters())

@@ -72,7 +72,7 @@ from toolbox.nn.adapters import adapter_state_dict, is_adapted, with_base_weight
 from toolbox.objectives.base import Objective
 from toolbox.trainer.activation_checkpointing import enable_activation_checkpointing
 from toolbox.trainer.interrupt import StopOnSignal, agree_on_stop
-from toolbox.trainer.lean_step import clip_grad_norm, fused_adamw_step
+from toolbox.trainer.lean_step import clip_grad_norm, fused_adamw_step, zero_grads
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -292,7 +292,7 @@ class BaseTrainer(ABC):
         elif not fused_adamw_step(self.optimizer):  # torch's kernels without torch's plumbing
             self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.zero_grad(set_to_none=True)
+        zero_grads(self.optimizer)
         loss = self.strategy.all_reduce_sum(float(loss_sum)) / max(global_items, 1.0)
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm}
 
