@@ -139,13 +139,8 @@ class NumericMatch(Reward):
                 f"numeric_match needs the field '{self.answer_field}'; the samples have {sorted(fields)}"
             )
         out: list[float | None] = []
-        refs: dict[tuple[type, Any], Fraction | None] = {}  # a group's G completions share one reference
         for completion, reference in zip(completions, fields[self.answer_field], strict=True):
-            try:
-                key = (type(reference), reference)  # the type too: True == 1, but True is no number
-                ref = refs[key] if key in refs else refs.setdefault(key, reference_number(reference))
-            except TypeError:  # unhashable
-                ref = reference_number(reference)
+            ref = reference_number(reference)
             if ref is None:
                 out.append(None)
                 continue
