@@ -104,6 +104,9 @@ def test_fused_adamw_step_stands_aside_for_hooks_and_fresh_state():
     handle = opt.register_step_post_hook(lambda *a: None)
     assert fused_adamw_step(opt) is False
     handle.remove()
+    handle = torch.optim.optimizer.register_optimizer_step_pre_hook(lambda *a: None)  # global
+    assert fused_adamw_step(opt) is False
+    handle.remove()
     assert fused_adamw_step(opt) is True
 
 

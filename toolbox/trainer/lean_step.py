@@ -25,7 +25,7 @@ and says when it does not apply (it returns ``None``/``False``); the caller then
 from __future__ import annotations
 
 import torch
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+import torch.optim.optimizer as torch_optimizer
 
 _FOREACH_DEVICES = ("cpu", "cuda")
 
@@ -54,10 +54,7 @@ def fused_adamw_step(optimizer: torch.optim.Optimizer) -> bool:
     optimizer is not of the covered kind (see the module docstring): call ``optimizer.step()``."""
     if (
         type(optimizer) is not torch.optim.AdamW
-        or optimizer._optimizer_step_pre_hooks
-        or optimizer._optimizer_step_post_hooks
-        or _global_optimizer_pre_hooks
-        or _global_optimizer_post_hooks
+        or _has_step_hooks(optimizer)
         or getattr(optimizer, "grad_scale", None) is not None
         or getattr(optimizer, "found_inf", None) is not None
     ):
@@ -121,6 +118,18 @@ def fused_adamw_step(optimizer: torch.optim.Optimizer) -> bool:
                 found_inf=None,
             )
     return True
+
+
+def _has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether step hooks are registered on ``optimizer`` or globally (or torch keeps them elsewhere
+    than this module knows: then the hooks cannot be ruled out, and torch's step runs them)."""
+    hooks = [
+        getattr(optimizer, "_optimizer_step_pre_hooks", None),
+        getattr(optimizer, "_optimizer_step_post_hooks", None),
+        getattr(torch_optimizer, "_global_optimizer_pre_hooks", None),
+        getattr(torch_optimizer, "_global_optimizer_post_hooks", None),
+    ]
+    return any(h is None or len(h) > 0 for h in hooks)
 
 
 def zero_grads(optimizer: torch.optim.Optimizer) -> None:
