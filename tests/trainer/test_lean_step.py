@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from toolbox.trainer.lean_step import clip_grad_norm, fused_adamw_step, zero_grads
 from toolbox.trainer.optim import adamw
@@ -104,7 +105,7 @@ def test_fused_adamw_step_stands_aside_for_hooks_and_fresh_state():
     handle = opt.register_step_post_hook(lambda *a: None)
     assert fused_adamw_step(opt) is False
     handle.remove()
-    handle = torch.optim.optimizer.register_optimizer_step_pre_hook(lambda *a: None)  # global
+    handle = register_optimizer_step_pre_hook(lambda *a: None)  # global
     assert fused_adamw_step(opt) is False
     handle.remove()
     assert fused_adamw_step(opt) is True
