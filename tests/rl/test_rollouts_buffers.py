@@ -49,6 +49,22 @@ def test_mask_truncated_completions():
     assert r.metrics()["completions/clipped_ratio"] == 0.25
 
 
+def test_from_rows_loss_masks_and_their_length_check():
+    rows = {
+        "prompts": [None] * 3,
+        "completions": [""] * 3,
+        "finish_reasons": ["stop", "length", "stop"],
+        "fields": {},
+    }
+    prompts, completions = [[1, 5], [1], [4]], [[7, 2], [8, 9, 9], []]
+    masks = [[1, 0], [1, 1, 0], []]  # per-token loss masks (an episode's own tokens); empty: no tokens
+    r = TextRollout.from_rows(prompts, completions, rows, [None] * 3, masks, 0, 1, True, "cpu")
+    assert r.completion_mask.tolist() == [[1, 0, 0], [0, 0, 0], [0, 0, 0]]  # row 1 truncated: masked
+    assert r.completion_lengths.tolist() == [2, 3, 0] and r.sampling_logprobs is None
+    with pytest.raises(ValueError, match="row 1: a loss mask of 2 tokens for 3 completion tokens"):
+        TextRollout.from_rows(prompts, completions, rows, [None] * 3, [[1, 0], [1, 1], []], 0, 1, True, "cpu")
+
+
 def test_minibatches_cover_every_row_once():
     r = TextRollout.from_outputs(_outputs(), pad_token_id=0, fields={"answer": ["x", "y"]})
     r.rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])

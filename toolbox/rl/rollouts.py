@@ -154,26 +154,33 @@ class TextRollout:
         p_len = max(len(p) for p in prompt_rows)
         c_len = max(1, max(len(c) for c in completion_rows))
         n_rows = len(prompt_rows)
-        prompt_ids = torch.full((n_rows, p_len), pad_token_id, dtype=torch.long)
-        prompt_mask = torch.zeros((n_rows, p_len), dtype=torch.long)
-        completion_ids = torch.full((n_rows, c_len), pad_token_id, dtype=torch.long)
-        completion_mask = torch.zeros((n_rows, c_len), dtype=torch.long)
-        lengths = torch.zeros(n_rows, dtype=torch.long)
         have_logps = all(s is not None for s in samp)
-        sampling = torch.zeros((n_rows, c_len)) if have_logps else None
+        # one tensor each from padded Python lists: much cheaper than several tensor copies per row
+        pad = pad_token_id
+        ids_p, mask_p, ids_c, mask_c, lens, logps = [], [], [], [], [], []
         for r, (p, c) in enumerate(zip(prompt_rows, completion_rows, strict=True)):
-            prompt_ids[r, p_len - len(p) :] = torch.as_tensor(p, dtype=torch.long)
-            prompt_mask[r, p_len - len(p) :] = 1
-            if c:
-                completion_ids[r, : len(c)] = torch.as_tensor(c, dtype=torch.long)
-                keep = 0 if (mask_truncated and reasons[r] == "length") else 1
-                if masks is None:
-                    completion_mask[r, : len(c)] = keep
-                else:
-                    completion_mask[r, : len(c)] = torch.as_tensor(masks[r], dtype=torch.long) * keep
-            lengths[r] = len(c)
-            if sampling is not None and c:
-                sampling[r, : len(c)] = torch.as_tensor(samp[r][: len(c)], dtype=torch.float32)
+            n, room = len(c), c_len - len(c)
+            ids_p.append([*[pad] * (p_len - len(p)), *p])
+            mask_p.append([0] * (p_len - len(p)) + [1] * len(p))
+            ids_c.append([*c, *[pad] * room])
+            keep = 0 if (mask_truncated and reasons[r] == "length" and n) else 1
+            if masks is None:
+                mask_c.append([keep] * n + [0] * room)
+            elif not n:
+                mask_c.append([0] * room)
+            elif len(masks[r]) != n:
+                raise ValueError(f"row {r}: a loss mask of {len(masks[r])} tokens for {n} completion tokens")
+            else:
+                mask_c.append([int(m) * keep for m in masks[r]] + [0] * room)
+            lens.append(n)
+            if have_logps:
+                logps.append([*samp[r][:n], *[0.0] * room])
+        prompt_ids = torch.tensor(ids_p, dtype=torch.long).view(n_rows, p_len)
+        prompt_mask = torch.tensor(mask_p, dtype=torch.long).view(n_rows, p_len)
+        completion_ids = torch.tensor(ids_c, dtype=torch.long)
+        completion_mask = torch.tensor(mask_c, dtype=torch.long)
+        lengths = torch.tensor(lens, dtype=torch.long)
+        sampling = torch.tensor(logps, dtype=torch.float32) if have_logps else None
         rollout = cls(
             prompt_ids=prompt_ids.to(device),
             prompt_mask=prompt_mask.to(device),

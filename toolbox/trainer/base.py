@@ -72,6 +72,7 @@ from toolbox.nn.adapters import adapter_state_dict, is_adapted, with_base_weight
 from toolbox.objectives.base import Objective
 from toolbox.trainer.activation_checkpointing import enable_activation_checkpointing
 from toolbox.trainer.interrupt import StopOnSignal, agree_on_stop
+from toolbox.trainer.lean_step import clip_grad_norm, fused_adamw_step, zero_grads
 
 if TYPE_CHECKING:
     from toolbox.experiment.build import Components
@@ -288,17 +289,20 @@ class BaseTrainer(ABC):
         if scaler is not None:
             scaler.step(self.optimizer)
             scaler.update()
-        else:
+        elif not fused_adamw_step(self.optimizer):  # torch's kernels without torch's plumbing
             self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.zero_grad(set_to_none=True)
+        zero_grads(self.optimizer)
         loss = self.strategy.all_reduce_sum(float(loss_sum)) / max(global_items, 1.0)
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm}
 
     def clip_gradients(self, params: list[torch.nn.Parameter]) -> float:
         """Clip the global gradient norm to ``max_grad_norm`` (0: no clipping); return the norm."""
         if self.max_grad_norm and self.max_grad_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+            total = clip_grad_norm(params, self.max_grad_norm)  # torch's kernels, leaner (lean_step.py)
+            if total is None:
+                total = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+            return float(total)
         norms = [p.grad.detach().norm() for p in params if p.grad is not None]
         return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 

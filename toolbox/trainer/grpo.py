@@ -398,7 +398,8 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         rollout_time, reward_time, generated = rnd.rollout_time, rnd.reward_time, rnd.generated
 
         t = time.perf_counter()
-        self.model.train()
+        if not self.model.training:  # a no-op walk over every module otherwise
+            self.model.train()
         updates_per_epoch = math.ceil(len(rollout) / self.minibatch_size)
         need_old = self.ppo_epochs * updates_per_epoch > 1
         if need_old:

@@ -86,33 +86,32 @@ class PackingCollator:
             )
         rows = self.rows([len(ex["input_ids"]) for ex in examples])
         length = max(sum(len(examples[i]["input_ids"]) for i in row) for row in rows)
-        shape = (len(rows), length)
-        input_ids = torch.full(shape, self.pad_id, dtype=torch.long)
-        position_ids = torch.zeros(shape, dtype=torch.long)
-        completion_mask = torch.zeros(shape, dtype=torch.long)
-        sequence = torch.zeros(shape, dtype=torch.long)  # which sequence of its row a token belongs to
         weighted = any("loss_weights" in ex for ex in examples)
-        weights = torch.zeros(shape, dtype=torch.float32) if weighted else None
-        for r, row in enumerate(rows):
-            start = 0
+        # each tensor from one list of rows (a tensor copy per example costs far more)
+        ids_rows, position_rows, completion_rows, sequence_rows, weight_rows = [], [], [], [], []
+        for row in rows:
+            ids, positions, completion, sequence, weights = [], [], [], [], []
             for k, i in enumerate(row):
-                ids = examples[i]["input_ids"]
-                n = len(ids)
-                end = start + n
-                input_ids[r, start:end] = torch.as_tensor(ids, dtype=torch.long)
-                position_ids[r, start:end] = torch.arange(n)
-                completion_mask[r, start:end] = torch.as_tensor(
-                    examples[i].get("completion_mask", [1] * n), dtype=torch.long
-                )
-                completion_mask[r, start] = 0
-                if weights is not None:
-                    weights[r, start:end] = torch.as_tensor(
-                        examples[i].get("loss_weights", [1.0] * n), dtype=torch.float32
-                    )
-                sequence[r, start:end] = k
-                start = end
-            position_ids[r, start:] = torch.arange(length - start)
-            sequence[r, start:] = len(row)
+                example = examples[i]
+                n = len(example["input_ids"])
+                ids += example["input_ids"]
+                positions += range(n)
+                if n:  # the first token is never a target
+                    completion += [0, *list(example.get("completion_mask", [1] * n))[1:]]
+                sequence += [k] * n  # which sequence of its row a token belongs to
+                if weighted:
+                    weights += example.get("loss_weights", [1.0] * n)
+            room = length - len(ids)
+            ids_rows.append(ids + [self.pad_id] * room)
+            position_rows.append(positions + list(range(room)))
+            completion_rows.append(completion + [0] * room)
+            sequence_rows.append(sequence + [len(row)] * room)
+            weight_rows.append(weights + [0.0] * room)
+        input_ids = torch.tensor(ids_rows, dtype=torch.long)
+        position_ids = torch.tensor(position_rows, dtype=torch.long)
+        completion_mask = torch.tensor(completion_rows, dtype=torch.long)
+        sequence = torch.tensor(sequence_rows, dtype=torch.long)
+        weights = torch.tensor(weight_rows, dtype=torch.float32) if weighted else None
         causal = torch.ones(length, length, dtype=torch.bool).tril()
         allowed = (sequence[:, :, None] == sequence[:, None, :]) & causal
         attention_mask = torch.zeros((len(rows), 1, length, length), dtype=torch.float32)

@@ -59,14 +59,17 @@ class PromptCompletionRows:
         length = max(len(p) + len(c) for p, c in rows)
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        completion_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for r, (prompt, completion) in enumerate(rows):
-            p, n = len(prompt), len(prompt) + len(completion)
-            input_ids[r, :n] = torch.as_tensor([*prompt, *completion], dtype=torch.long)
-            attention_mask[r, :n] = 1
-            completion_mask[r, p:n] = 1
+        # one tensor from padded Python lists: much cheaper than three tensor copies per row
+        pad = self.pad_id
+        ids, completion, lengths = [], [], []
+        for prompt, answer in rows:
+            p, n = len(prompt), len(prompt) + len(answer)
+            ids.append([*prompt, *answer, *[pad] * (length - n)])
+            completion.append([0] * p + [1] * (n - p) + [0] * (length - n))
+            lengths.append(n)
+        input_ids = torch.tensor(ids, dtype=torch.long)
+        attention_mask = (torch.arange(length) < torch.tensor(lengths)[:, None]).long()
+        completion_mask = torch.tensor(completion, dtype=torch.long)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask}
 
 

@@ -62,13 +62,12 @@ class PackedPreferenceCollator:
             {"input_ids": [*p, *c], "completion_mask": [0] * len(p) + [1] * len(c)} for p, c in pairs
         ]
         batch: dict[str, torch.Tensor | int] = dict(self.packer(sequences))
-        segments = torch.full(batch["input_ids"].shape, -1, dtype=torch.long)
-        for r, row in enumerate(self.packer.rows([len(s["input_ids"]) for s in sequences])):
-            start = 0
-            for i in row:
-                n = len(sequences[i]["input_ids"])
-                segments[r, start : start + n] = i
-                start += n
+        length = batch["input_ids"].shape[1]
+        rows = []
+        for row in self.packer.rows([len(s["input_ids"]) for s in sequences]):
+            segment = [i for i in row for _ in range(len(sequences[i]["input_ids"]))]
+            rows.append(segment + [-1] * (length - len(segment)))
+        segments = torch.tensor(rows, dtype=torch.long)
         tokens = int((segments >= 0).sum())
         batch.update(
             segments=segments, num_sequences=len(sequences), num_pairs=len(examples), num_tokens=tokens
