@@ -109,3 +109,89 @@ def test_async_schedule_has_episodes_at_different_turns_in_flight(tool_tokenizer
     assert any(flight - {k} for k, flight in mixed), mixed
     waves, engine = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000})
     assert [e.ids for e in waves] == [e.ids for e in episodes]  # the same episodes either way
+
+
+class TimedHandle:
+    """A handle that finishes ``delay`` seconds after submission (a timer thread), telling its done
+    callbacks, as the torch engine's handles do."""
+
+    def __init__(self, output, delay: float) -> None:
+        import threading
+
+        self.output, self.callbacks, self.lock = output, [], threading.Lock()
+        self.finished = threading.Event()
+        if delay <= 0:
+            self.finish()
+        else:
+            threading.Timer(delay, self.finish).start()
+
+    def finish(self) -> None:
+        with self.lock:
+            self.finished.set()
+            callbacks, self.callbacks = self.callbacks, []
+        for fn in callbacks:
+            fn(self)
+
+    @property
+    def done(self) -> bool:  # (the runner must not poll it: a handle with callbacks is not polled)
+        raise AssertionError("a handle with done callbacks was polled")
+
+    def add_done_callback(self, fn) -> None:
+        with self.lock:
+            if not self.finished.is_set():
+                self.callbacks.append(fn)
+                return
+        fn(self)
+
+    def result(self, timeout=None):
+        assert self.finished.is_set()
+        return self.output
+
+
+class CallbackEngine(ScriptedEngine):
+    """The scripted engine with handles that report when they finish, after ``delay(prompt ids)``
+    seconds; ``calls`` keeps how many requests each ``submit_requests`` call carried."""
+
+    def __init__(self, tokenizer, delay) -> None:
+        super().__init__(tokenizer)
+        self.delay, self.calls = delay, []
+
+    def submit_requests(self, requests, *, stream=False, queue_limit=True):
+        self.calls.append(len(requests))
+        return [
+            TimedHandle(self.generate([list(ids)], params)[0], self.delay(list(ids)))
+            for ids, params in requests
+        ]
+
+
+def test_async_turns_ready_together_reach_the_engine_in_one_submit(tool_tokenizer, tasks):
+    """Replies that are in when the runner looks are continued together: one ``submit_requests``
+    call (one engine step prefills them all) per batch of finished replies, not one per episode."""
+    engine = CallbackEngine(tool_tokenizer, delay=lambda ids: 0.0)  # finished as soon as submitted
+    episodes, _ = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000},
+                      schedule="async", engine=engine)  # fmt: skip
+    assert all(e.reward == 1.0 and len(e.turns) == 3 for e in episodes)
+    assert engine.calls == [3, 6, 6]  # turn 0: n = 2 per task; then every episode's next turn at once
+
+
+def test_async_runner_sleeps_until_a_reply_is_in(tool_tokenizer, tasks, monkeypatch):
+    """The runner does not spin while replies are slow: it wakes once per finished reply at most
+    (a 0.5 ms poll would wake ~100 times in 50 ms), and the episodes are the waves schedule's."""
+    import toolbox.rl.episodes as module
+
+    made = []
+
+    class Counted(module.Arrivals):
+        def __init__(self):
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(module, "Arrivals", Counted)
+    engine = CallbackEngine(tool_tokenizer, delay=lambda ids: 0.01 + 0.02 * (len(ids) % 3))
+    episodes, _ = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000},
+                      schedule="async", engine=engine)  # fmt: skip
+    requests = sum(engine.calls)
+    assert requests == 3 + 6 + 6 and len(made) == 1
+    assert made[0].wakeups <= requests, (made[0].wakeups, requests)
+    waves, _ = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000})
+    assert [e.ids for e in waves] == [e.ids for e in episodes]

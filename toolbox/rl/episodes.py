@@ -14,7 +14,11 @@ user turn) and the episode asks again, one request per episode with a seed of it
 episode that needs a reply is in the engine's running batch at once, whatever its turn, so
 episodes at different turns share decode steps. ``schedule="waves"`` waits for every pending reply
 before submitting the next ones (the batch's composition, and so the rollout, does not depend on
-thread timing); ``schedule="async"`` resubmits an episode as soon as its reply is in. Each request
+thread timing); ``schedule="async"`` resubmits an episode as soon as its reply is in: the runner
+thread sleeps until the engine reports a finished request (``Arrivals``: the handles' done
+callbacks; no polling, which took the engine thread's interpreter lock 2000 times a second), then
+continues every episode whose reply is in and submits their next turns in one ``submit_requests``
+call, so one engine step prefills them together. Each request
 carries the whole conversation; the torch engine's prefix cache (``engine.prefix_cache_gib``)
 recognises the previous turn's prompt and reply in it and prefills only the new tokens (an engine
 without prefix caching prefills it all again).
@@ -35,6 +39,7 @@ opening prompt) or the engine's context.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -94,6 +99,47 @@ class Episode:
         return [*self.prompt_ids, *self.ids]
 
 
+class Arrivals:
+    """The finished requests of an ``async`` rollout, for a runner thread that sleeps until one is in.
+
+    ``watch(handle)`` asks a handle with ``add_done_callback`` (the torch engine's) to report here
+    when it finishes; ``wait(handles)`` blocks on a condition until at least one of ``handles`` has
+    finished and returns the ids of all that have (a batch: the turns they continue are submitted
+    together). A handle without callbacks (an engine that offers only ``done``) is polled instead,
+    every ``poll_s``.
+    """
+
+    poll_s = 0.0005
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._finished: set[int] = set()
+        self.wakeups = 0  # how many times ``wait`` woke up (a test counts them: no spinning)
+
+    def watch(self, handle: Any) -> None:
+        add = getattr(handle, "add_done_callback", None)
+        if add is not None:
+            add(self._arrived)
+
+    def _arrived(self, handle: Any) -> None:  # the engine thread
+        with self._cv:
+            self._finished.add(id(handle))
+            self._cv.notify()
+
+    def wait(self, handles: list[Any]) -> set[int]:
+        watched = [h for h in handles if hasattr(h, "add_done_callback")]
+        polled = [h for h in handles if not hasattr(h, "add_done_callback")]
+        with self._cv:
+            while True:
+                done = {id(h) for h in watched if id(h) in self._finished}
+                done |= {id(h) for h in polled if getattr(h, "done", True)}
+                if done:
+                    self._finished -= done
+                    return done
+                self._cv.wait(self.poll_s if polled else None)
+                self.wakeups += 1
+
+
 class EpisodeRunner:
     """Rolls out episodes of the environment ``env`` through ``engine`` (see the module docstring).
 
@@ -147,9 +193,10 @@ class EpisodeRunner:
             group = episodes[g * num_generations : (g + 1) * num_generations]
             first = replace(params, n=num_generations, seed=None if seed is None else seed + g)
             asks.append((group[0], first, group))
-        pending = self._submit(asks)
+        arrivals = Arrivals()
+        pending = self._submit(asks, arrivals)
         while pending:
-            ready, pending = self._wait(pending)
+            ready, pending = self._wait(pending, arrivals)
             asked = []
             for handle, group in ready:
                 output = self._result(handle)
@@ -159,7 +206,7 @@ class EpisodeRunner:
                         asked.append(episode)
             seeds = [None if seed is None else self._seed(seed, e, num_generations) for e in asked]
             pending += self._submit(
-                [(e, replace(params, seed=s), [e]) for e, s in zip(asked, seeds, strict=True)]
+                [(e, replace(params, seed=s), [e]) for e, s in zip(asked, seeds, strict=True)], arrivals
             )
         return episodes
 
@@ -192,10 +239,14 @@ class EpisodeRunner:
         return left
 
     def _submit(
-        self, asks: list[tuple[Episode, SamplingParams, list[Episode]]]
+        self, asks: list[tuple[Episode, SamplingParams, list[Episode]]], arrivals: Arrivals
     ) -> list[tuple[Any, list[Episode]]]:
         """The replies ``(episode, params, its group)`` asks for, all joining one step of the engine
-        (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing."""
+        (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing;
+        under ``async``, the turns that became ready together are prefilled together. ``arrivals``
+        hears of each finished handle (``async``)."""
+        if not asks:
+            return []
         requests = []
         for episode, params, group in asks:
             now = time.time()
@@ -206,16 +257,19 @@ class EpisodeRunner:
             handles = self.engine.submit_requests(requests, stream=False, queue_limit=False)
         else:
             handles = [self.engine.generate([ids], params)[0] for ids, params in requests]
+        if self.schedule == "async":
+            for handle in handles:
+                arrivals.watch(handle)
         return [(handle, group) for handle, (_, _, group) in zip(handles, asks, strict=True)]
 
-    def _wait(self, pending: list[tuple[Any, list[Episode]]]) -> tuple[list, list]:
+    def _wait(self, pending: list[tuple[Any, list[Episode]]], arrivals: Arrivals) -> tuple[list, list]:
+        """``(ready, still pending)``: under ``waves`` all of them (their results block); under
+        ``async`` every one finished by now, waiting (asleep) until there is at least one."""
         if self.schedule == "waves" or not self.engine.supports_submit:
             return pending, []
-        while True:
-            ready = [p for p in pending if getattr(p[0], "done", True)]
-            if ready:
-                return ready, [p for p in pending if p not in ready]
-            time.sleep(0.0005)
+        finished = arrivals.wait([handle for handle, _ in pending])
+        ready = [p for p in pending if id(p[0]) in finished]
+        return ready, [p for p in pending if id(p[0]) not in finished]
 
     @staticmethod
     def _result(handle: Any) -> Any:

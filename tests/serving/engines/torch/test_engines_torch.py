@@ -550,3 +550,26 @@ def test_gemma_and_layer_norms_are_the_modules_bit_for_bit():
     for norm in (gemma, layer):
         assert type(norm_of(norm, True)) is tuple
         assert torch.equal(apply_norm(norm_of(norm, True), x), norm(x))
+
+
+def test_done_callbacks_run_once_when_the_request_finishes(engine_for, model, tokenizer):
+    """``add_done_callback``: called once with the handle, from the engine's step, after its output
+    is set (a waiter that sleeps on its own condition, as the episode runner's, reads it at once);
+    added after the request finished, it runs at once; a failing callback fails nothing else."""
+    import threading
+
+    eng = engine_for(model, tokenizer, max_batch_size=2)
+    seen, called = [], threading.Event()
+
+    def fn(h):
+        seen.append((h, h.done, threading.current_thread().name, h.result().completions[0].token_ids))
+        called.set()
+
+    handle = eng.submit(PROMPTS[0], greedy(30, ignore_eos=True), stream=False)
+    handle.add_done_callback(lambda h: 1 / 0)  # logged; the step and the next callback go on
+    handle.add_done_callback(fn)
+    assert called.wait(60)
+    tokens = handle.result().completions[0].token_ids
+    assert seen == [(handle, True, "toolbox-torch-engine", tokens)] and len(tokens) == 30
+    handle.add_done_callback(fn)
+    assert seen[1] == (handle, True, threading.current_thread().name, tokens) and len(seen) == 2
