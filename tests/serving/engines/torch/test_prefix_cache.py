@@ -161,3 +161,55 @@ def test_rests_padded_past_the_context_run_one_by_one(engine_for, tokenizer):
         hits.append(engine.stats()["prefix_cache_hit_tokens"])
     assert results[0] == results[1]
     assert hits == [(49 + 5) + (2 + 5), 0]  # starts 54 and 7; rests 2 and 31: 54 + 31 > 64
+
+
+def test_next_turns_joining_a_running_batch_are_prefilled_in_its_decode_forward(engine_for, tokenizer):
+    """A conversation's next turn submitted while another request decodes joins the batch in one
+    forward (``decode_and_extend``: the running row's decode step and the turn's rest after its
+    restored prefix), not a prefill and then a decode: the same greedy tokens as the cache-off
+    engine's whole re-prefill, log-probs within rounding, and the step's forward counted once."""
+    import threading
+
+    cached = engine_for(max_batch_size=4)
+    plain = engine_for(max_batch_size=4, prefix_cache_gib=0)
+    runner = cached.runner
+    calls = {"decode_and_extend": 0, "extend": 0, "prefill": 0}
+    for name in calls:
+        method = getattr(runner, name)
+
+        def counted(*args, _name=name, _method=method, **kwargs):
+            calls[_name] += 1
+            return _method(*args, **kwargs)
+
+        setattr(runner, name, counted)
+    first = [tokenizer.encode(o) for o in OPENINGS[:2]]
+    turn0 = [h.result() for h in cached.submit_requests([(p, greedy(6)) for p in first])]
+    nexts = [
+        p + o.completions[0].token_ids + tokenizer.encode(" and then?", add_special_tokens=False)
+        for p, o in zip(first, turn0, strict=True)
+    ]
+    long = tokenizer.encode(OPENINGS[2])
+    decoding, released = threading.Event(), threading.Event()
+    step = cached.batcher._decode
+
+    def decode_and_wait():  # hold the long request's decode until both next turns are queued
+        decoding.set()
+        released.wait(30)
+        step()
+
+    cached.batcher._decode = decode_and_wait
+    background = cached.submit(long, greedy(40), stream=False)
+    assert decoding.wait(30)
+    joined = cached.submit_requests([(p, greedy(8)) for p in nexts])
+    cached.batcher._decode = step
+    released.set()
+    outs = [h.result(60) for h in joined]
+    assert calls["decode_and_extend"] >= 1 and calls["extend"] == 0 and calls["prefill"] == 2
+    assert cached.stats()["prefix_cache_hit_tokens"] == sum(len(p) + 6 - 1 for p in first)
+    want = [plain.generate([p], greedy(8))[0] for p in nexts]
+    assert [o.completions[0].token_ids for o in outs] == [w.completions[0].token_ids for w in want]
+    got_lp = torch.tensor([o.completions[0].logprobs for o in outs])
+    want_lp = torch.tensor([w.completions[0].logprobs for w in want])
+    assert torch.allclose(got_lp, want_lp, atol=1e-4)
+    long_plain = plain.generate([long], greedy(40))[0].completions[0].token_ids
+    assert background.result(60).completions[0].token_ids == long_plain

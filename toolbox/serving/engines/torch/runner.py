@@ -480,3 +480,92 @@ class SlotRunner:
         for i, w in enumerate(weights):
             x = self._layer(i, w, x, rope, attend)
         return self._logits(x[:, 0])
+
+    def decode_and_extend(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        max_position: int,
+        min_position: int,
+        chunks: list[list[int]],
+        starts: list[int],
+    ) -> torch.Tensor:
+        """``decode`` for slots ``0 .. B-1`` and ``extend`` of ``chunks`` into the next slots ``B ..
+        B+C-1`` in one forward: the B + C rows' tokens run through the layers' projections together
+        (one matmul per weight, not two forwards' worth of ops), and attention runs per part, as
+        ``decode`` and ``extend`` run it. A step where conversations' next turns join a running batch
+        costs about one decode step, not a decode step and a prefill. Returns the logits ``[B + C,
+        V]``: the decode rows', then each chunk's last token's.
+        """
+        b, c = tokens.shape[0], len(chunks)
+        lengths = [len(ch) for ch in chunks]
+        t = max(lengths)
+        length = max_position + 1
+        end = max(s + t for s in starts)
+        if end > self.max_model_len:
+            raise ValueError(f"a sequence of {end} tokens exceeds max_model_len={self.max_model_len}")
+        self.ensure_capacity(max(length, end))
+        weights = self._weights()
+        heads = self._head_ids
+        nh, d = self.num_heads, self.head_dim
+        # the decode part, as ``decode``
+        dec_slots = self._slot_ids[:b]
+        dec_mask = None
+        if min_position != max_position:
+            dec_mask = (self._positions[:length].unsqueeze(0) <= positions.unsqueeze(1)).view(b, 1, 1, length)
+        fused = self._fused_decode if decode_attention.usable(b, length, self.capacity) else None
+        dec_rows = (
+            (dec_slots.unsqueeze(1) * self.num_kv_heads + heads) * self.capacity + positions.unsqueeze(1)
+        ).view(-1)
+        # the extend part, as ``extend`` (rows right-padded to the longest chunk)
+        ids = torch.zeros((c, t), dtype=torch.long, device=self.device)
+        for i, ch in enumerate(chunks):
+            ids[i, : len(ch)] = torch.tensor(ch, dtype=torch.long)
+        start = torch.tensor(starts, dtype=torch.long, device=self.device)
+        ext_positions = start.unsqueeze(1) + self._positions[:t].unsqueeze(0)  # [C, t]
+        ext_mask = (self._positions[:end].view(1, 1, end) <= ext_positions.unsqueeze(2)).unsqueeze(1)
+        ext_slots = self._slot_ids[b : b + c]
+        ext_rows = (
+            (ext_slots.view(c, 1, 1) * self.num_kv_heads + heads.view(1, -1, 1)) * self.capacity
+            + ext_positions.unsqueeze(1)
+        ).reshape(-1)
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            # q [1, nh, b + c*t, d], k and v [1, kv_heads, b + c*t, d]: split into the two parts
+            kc, vc = self.k_cache[i], self.v_cache[i]
+            q_dec, q_ext = (
+                q[0, :, :b].transpose(0, 1).unsqueeze(2),
+                q[0, :, b:].reshape(nh, c, t, d).transpose(0, 1),
+            )
+            k_dec, k_ext = k[0, :, :b].transpose(0, 1), k[0, :, b:].reshape(-1, c, t, d).transpose(0, 1)
+            v_dec, v_ext = v[0, :, :b].transpose(0, 1), v[0, :, b:].reshape(-1, c, t, d).transpose(0, 1)
+            flat_k, flat_v = kc.view(-1, d), vc.view(-1, d)
+            flat_k.index_copy_(0, dec_rows, k_dec.reshape(-1, d))
+            flat_v.index_copy_(0, dec_rows, v_dec.reshape(-1, d))
+            flat_k.index_copy_(0, ext_rows, k_ext.reshape(-1, d))
+            flat_v.index_copy_(0, ext_rows, v_ext.reshape(-1, d))
+            if fused is not None:
+                o_dec = fused(q_dec, kc[:b, :, :length], vc[:b, :, :length], positions, self._scales[i])
+            else:
+                o_dec = F.scaled_dot_product_attention(
+                    q_dec, kc[:b, :, :length], vc[:b, :, :length], attn_mask=dec_mask,
+                    scale=self.scalings[i], enable_gqa=self.gqa,
+                )  # fmt: skip
+            o_ext = F.scaled_dot_product_attention(
+                q_ext, kc[b : b + c, :, :end], vc[b : b + c, :, :end], attn_mask=ext_mask,
+                scale=self.scalings[i], enable_gqa=self.gqa,
+            )  # fmt: skip
+            # back to [1, nh, b + c*t, d]
+            o = torch.cat((o_dec.squeeze(2).transpose(0, 1), o_ext.transpose(0, 1).reshape(nh, c * t, d)), 1)
+            return o.unsqueeze(0)
+
+        every_id = torch.cat((tokens.view(-1), ids.view(-1))).unsqueeze(0)
+        every_position = torch.cat((positions.view(-1), ext_positions.view(-1))).unsqueeze(0)
+        x = self.layout.embed_tokens(every_id, every_position, self._head[0])
+        rope = self._rope_tables(x, every_position)
+        for i, w in enumerate(weights):
+            x = self._layer(i, w, x, rope, attend)
+        last = torch.tensor(
+            [*range(b), *(b + j * t + n - 1 for j, n in enumerate(lengths))], device=self.device
+        )
+        return self._logits(x[0, last])
