@@ -290,12 +290,7 @@ class ContinuousBatcher:
                 try:
                     with self.step_lock:
                         self._drop(aborts)
-                        joined = bool(admitted) and self._joins_decode(admitted)
-                        if joined:  # one forward: the batch's decode step and the new prompts
-                            with self._prefill_threads():
-                                self._prefill_and_decode(admitted)
-                            self._retire()
-                        elif self._partial is not None or admitted:
+                        if self._partial is not None or admitted:
                             with self._prefill_threads():
                                 if self._partial is not None:
                                     self._prefill_chunk()
@@ -303,7 +298,7 @@ class ContinuousBatcher:
                                     self._prefill(admitted)
                             self._retire()
                             self._outbox.flush()  # first tokens go out before the decode step
-                        if self._running and not joined:
+                        if self._running:
                             self._decode()
                             self._retire()
                 except Exception as e:  # the model failed: fail what is in flight, keep serving
@@ -497,48 +492,6 @@ class ContinuousBatcher:
             for i in range(1, request.params.n):
                 self.runner.copy_slot(slot, slot + i, len(request.prompt))
         self._join(logits, rows, seqs)
-
-    def _joins_decode(self, admitted: list[_Request]) -> bool:
-        """Whether this step's admitted prompts run in the running batch's decode forward
-        (``_prefill_and_decode``): a batch is running, no long prompt is being chunked, each request
-        asks one completion (n > 1 copies its prompt's slot after the prefill), and the padded rows
-        fit the context. Conversations' next turns (a prefix-cache hit and a short rest) are the case:
-        a multi-turn rollout's step where turns join costs one forward, not two."""
-        if not self._running or self._partial is not None or any(r.params.n != 1 for r in admitted):
-            return False
-        generation = self.runner.weights_generation()  # (a prefix of other weights is not restored)
-        starts = [
-            r.prefix.usable(len(r.prompt))
-            if r.prefix is not None and r.prefix.generation == generation
-            else 0
-            for r in admitted
-        ]
-        longest = max(len(r.prompt) - start for r, start in zip(admitted, starts, strict=True))
-        return max(starts) + longest <= self.runner.max_model_len
-
-    def _prefill_and_decode(self, admitted: list[_Request]) -> None:
-        """The running batch's decode step and the admitted prompts' prefill (each after its restored
-        prefix) in one forward (``SlotRunner.decode_and_extend``); every row samples its next token:
-        the running ones their next, the new ones their first."""
-        running = self._running
-        base = len(running)
-        seqs = [seq for request in admitted for seq in self._new_seqs(request)]
-        generation = self._generation()
-        starts = [self._restore(r, base + j, generation) for j, r in enumerate(admitted)]
-        rests = [r.prompt[start:] for r, start in zip(admitted, starts, strict=True)]
-        device = self.runner.device
-        tokens = torch.tensor([s.tokens[-1] for s in running], dtype=torch.long, device=device)
-        positions = [s.cache_len for s in running]
-        logits = self.runner.decode_and_extend(
-            tokens, torch.tensor(positions, device=device), max(positions), min(positions), rests, starts
-        )
-        for seq in running:
-            seq.cache_len += 1
-        every = running + seqs
-        self._running = every
-        self._tensors = None
-        tensors = SamplingTensors.from_params([s.request.params for s in every], device=device)
-        self._sample_and_append(logits, every, tensors, decoded=False)
 
     def _prefill_chunk(self) -> None:
         """The next chunk of the long prompt; after its last, its completions join the batch."""
