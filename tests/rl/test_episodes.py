@@ -113,13 +113,15 @@ def test_async_schedule_has_episodes_at_different_turns_in_flight(tool_tokenizer
 
 class TimedHandle:
     """A handle that finishes ``delay`` seconds after submission (a timer thread), telling its done
-    callbacks, as the torch engine's handles do."""
+    callbacks, as the torch engine's handles do; with ``early``, completion 0 is reported to
+    completion callbacks at once, the others when it finishes."""
 
-    def __init__(self, output, delay: float) -> None:
+    def __init__(self, output, delay: float, early: bool = False) -> None:
         import threading
 
-        self.output, self.callbacks, self.lock = output, [], threading.Lock()
+        self.output, self.callbacks, self.each, self.lock = output, [], [], threading.Lock()
         self.finished = threading.Event()
+        self.reported = [0] if early else []
         if delay <= 0:
             self.finish()
         else:
@@ -129,8 +131,21 @@ class TimedHandle:
         with self.lock:
             self.finished.set()
             callbacks, self.callbacks = self.callbacks, []
+            rest = [i for i in range(len(self.output.completions)) if i not in self.reported]
+            self.reported += rest
+            each = list(self.each)
+        for i in rest:
+            for fn in each:
+                fn(self, i, self.output.completions[i])
         for fn in callbacks:
             fn(self)
+
+    def add_completion_callback(self, fn) -> None:
+        with self.lock:
+            self.each.append(fn)
+            reported = list(self.reported)
+        for i in reported:
+            fn(self, i, self.output.completions[i])
 
     @property
     def done(self) -> bool:  # (the runner must not poll it: a handle with callbacks is not polled)
@@ -152,16 +167,23 @@ class CallbackEngine(ScriptedEngine):
     """The scripted engine with handles that report when they finish, after ``delay(prompt ids)``
     seconds; ``calls`` keeps how many requests each ``submit_requests`` call carried."""
 
-    def __init__(self, tokenizer, delay) -> None:
+    def __init__(self, tokenizer, delay, early: bool = False) -> None:
         super().__init__(tokenizer)
-        self.delay, self.calls = delay, []
+        self.delay, self.early, self.calls, self.first = delay, early, [], []
+        self.first_running = []  # per call after the first: whether a turn-0 request was still running
 
     def submit_requests(self, requests, *, stream=False, queue_limit=True):
         self.calls.append(len(requests))
-        return [
-            TimedHandle(self.generate([list(ids)], params)[0], self.delay(list(ids)))
+        if self.first:
+            self.first_running.append(not all(h.finished.is_set() for h in self.first))
+        handles = [
+            TimedHandle(
+                self.generate([list(ids)], params)[0], self.delay(list(ids)), self.early and params.n > 1
+            )
             for ids, params in requests
         ]
+        self.first = self.first or handles
+        return handles
 
 
 def test_async_turns_ready_together_reach_the_engine_in_one_submit(tool_tokenizer, tasks):
@@ -195,3 +217,16 @@ def test_async_runner_sleeps_until_a_reply_is_in(tool_tokenizer, tasks, monkeypa
     assert made[0].wakeups <= requests, (made[0].wakeups, requests)
     waves, _ = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000})
     assert [e.ids for e in waves] == [e.ids for e in episodes]
+
+
+def test_async_episodes_go_on_before_their_groups_first_request_is_done(tool_tokenizer, tasks):
+    """Turn 0 is one request of n = G per task; under ``async`` each episode continues as soon as its
+    own completion is in (the engine's completion callbacks), not when its group's longest is: the
+    three first episodes' next turns reach the engine while the turn-0 requests are still running;
+    the episodes are the waves schedule's."""
+    env = {"name": "lookup_calculator", "max_tokens": 1000}
+    engine = CallbackEngine(tool_tokenizer, delay=lambda ids: 0.3, early=True)
+    episodes, _ = run(tool_tokenizer, tasks[:3], env, schedule="async", engine=engine)
+    assert engine.calls[:2] == [3, 3]  # turn 0 of the 3 tasks; then turn 1 of each task's episode 0
+    assert engine.first_running[0] is True
+    assert [e.ids for e in episodes] == [e.ids for e in run(tool_tokenizer, tasks[:3], env)[0]]

@@ -18,7 +18,10 @@ thread timing); ``schedule="async"`` resubmits an episode as soon as its reply i
 thread sleeps until the engine reports a finished request (``Arrivals``: the handles' done
 callbacks; no polling, which took the engine thread's interpreter lock 2000 times a second), then
 continues every episode whose reply is in and submits their next turns in one ``submit_requests``
-call, so one engine step prefills them together. Each request
+call, so one engine step prefills them together. A turn-0 request's G replies are taken one by one
+as each finishes (the handles' completion callbacks): an episode does not wait for the longest
+first reply of its group (on the benchmark's 64 episodes, 156 engine steps instead of 175 for a
+longest episode of 154 tokens). Each request
 carries the whole conversation; the torch engine's prefix cache (``engine.prefix_cache_gib``)
 recognises the previous turn's prompt and reply in it and prefills only the new tokens (an engine
 without prefix caching prefills it all again).
@@ -99,43 +102,76 @@ class Episode:
         return [*self.prompt_ids, *self.ids]
 
 
-class Arrivals:
-    """The finished requests of an ``async`` rollout, for a runner thread that sleeps until one is in.
+@dataclass(eq=False)
+class Pending:
+    """A request in flight and the episodes it answers (turn 0: a group's G, one per completion);
+    ``taken``: the indices of the completions already handed to their episodes."""
 
-    ``watch(handle)`` asks a handle with ``add_done_callback`` (the torch engine's) to report here
-    when it finishes; ``wait(handles)`` blocks on a condition until at least one of ``handles`` has
-    finished and returns the ids of all that have (a batch: the turns they continue are submitted
-    together). A handle without callbacks (an engine that offers only ``done``) is polled instead,
-    every ``poll_s``.
+    handle: Any
+    group: list[Episode]
+    taken: set[int] = field(default_factory=set)
+
+
+class Arrivals:
+    """The replies of an ``async`` rollout as they come in, for a runner thread that sleeps until
+    one is in.
+
+    ``watch(pending)`` asks a handle with ``add_done_callback`` (the torch engine's) to report here
+    when it finishes, and, for a request of several completions, one with
+    ``add_completion_callback`` to report each completion as it finishes. ``wait(pending)`` blocks
+    on a condition until a reply not yet taken is in and returns all that are, as ``(pending,
+    index, completion)`` (a batch: the turns they continue are submitted together). A handle
+    without callbacks (an engine that offers only ``done``) is polled instead, every ``poll_s``.
     """
 
     poll_s = 0.0005
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
-        self._finished: set[int] = set()
+        # by the handle itself (held, so that no later handle can come to share its id)
+        self._finished: set[Any] = set()
+        self._completions: dict[Any, list[tuple[int, Completion]]] = {}
         self.wakeups = 0  # how many times ``wait`` woke up (a test counts them: no spinning)
 
-    def watch(self, handle: Any) -> None:
+    def watch(self, pending: Pending) -> None:
+        handle = pending.handle
+        each = getattr(handle, "add_completion_callback", None)
+        if each is not None and len(pending.group) > 1:
+            each(self._completed)
         add = getattr(handle, "add_done_callback", None)
         if add is not None:
             add(self._arrived)
 
-    def _arrived(self, handle: Any) -> None:  # the engine thread
+    def _completed(self, handle: Any, index: int, completion: Completion) -> None:  # engine thread
         with self._cv:
-            self._finished.add(id(handle))
+            self._completions.setdefault(handle, []).append((index, completion))
             self._cv.notify()
 
-    def wait(self, handles: list[Any]) -> set[int]:
-        watched = [h for h in handles if hasattr(h, "add_done_callback")]
-        polled = [h for h in handles if not hasattr(h, "add_done_callback")]
+    def _arrived(self, handle: Any) -> None:  # engine thread
+        with self._cv:
+            self._finished.add(handle)
+            self._cv.notify()
+
+    def wait(self, pending: list[Pending]) -> list[tuple[Pending, int, Completion]]:
+        polled = any(not hasattr(p.handle, "add_done_callback") for p in pending)
         with self._cv:
             while True:
-                done = {id(h) for h in watched if id(h) in self._finished}
-                done |= {id(h) for h in polled if getattr(h, "done", True)}
-                if done:
-                    self._finished -= done
-                    return done
+                ready = []
+                for p in pending:
+                    fresh = {i: c for i, c in self._completions.pop(p.handle, []) if i not in p.taken}
+                    if hasattr(p.handle, "add_done_callback"):
+                        finished = p.handle in self._finished
+                    else:
+                        finished = getattr(p.handle, "done", True)
+                    if finished:
+                        self._finished.discard(p.handle)
+                        for i, c in enumerate(EpisodeRunner._result(p.handle).completions):
+                            if i not in p.taken:
+                                fresh.setdefault(i, c)
+                    p.taken.update(fresh)
+                    ready += [(p, i, c) for i, c in sorted(fresh.items())]
+                if ready:
+                    return ready
                 self._cv.wait(self.poll_s if polled else None)
                 self.wakeups += 1
 
@@ -198,12 +234,10 @@ class EpisodeRunner:
         while pending:
             ready, pending = self._wait(pending, arrivals)
             asked = []
-            for handle, group in ready:
-                output = self._result(handle)
-                for episode, completion in zip(group, output.completions, strict=True):
-                    self._advance(episode, completion)
-                    if not episode.done:
-                        asked.append(episode)
+            for episode, completion in ready:
+                self._advance(episode, completion)
+                if not episode.done:
+                    asked.append(episode)
             seeds = [None if seed is None else self._seed(seed, e, num_generations) for e in asked]
             pending += self._submit(
                 [(e, replace(params, seed=s), [e]) for e, s in zip(asked, seeds, strict=True)], arrivals
@@ -240,7 +274,7 @@ class EpisodeRunner:
 
     def _submit(
         self, asks: list[tuple[Episode, SamplingParams, list[Episode]]], arrivals: Arrivals
-    ) -> list[tuple[Any, list[Episode]]]:
+    ) -> list[Pending]:
         """The replies ``(episode, params, its group)`` asks for, all joining one step of the engine
         (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing;
         under ``async``, the turns that became ready together are prefilled together. ``arrivals``
@@ -257,19 +291,26 @@ class EpisodeRunner:
             handles = self.engine.submit_requests(requests, stream=False, queue_limit=False)
         else:
             handles = [self.engine.generate([ids], params)[0] for ids, params in requests]
+        pending = [Pending(handle, group) for handle, (_, _, group) in zip(handles, asks, strict=True)]
         if self.schedule == "async":
-            for handle in handles:
-                arrivals.watch(handle)
-        return [(handle, group) for handle, (_, _, group) in zip(handles, asks, strict=True)]
+            for p in pending:
+                arrivals.watch(p)
+        return pending
 
-    def _wait(self, pending: list[tuple[Any, list[Episode]]], arrivals: Arrivals) -> tuple[list, list]:
-        """``(ready, still pending)``: under ``waves`` all of them (their results block); under
-        ``async`` every one finished by now, waiting (asleep) until there is at least one."""
+    def _wait(
+        self, pending: list[Pending], arrivals: Arrivals
+    ) -> tuple[list[tuple[Episode, Completion]], list[Pending]]:
+        """``(ready (episode, its reply), still pending)``: under ``waves`` every reply (their results
+        block), in submission order; under ``async`` every reply in by now, waiting (asleep) until
+        there is at least one: a turn-0 request's replies one by one as they finish, so that an
+        episode does not wait for the longest first reply of its group."""
         if self.schedule == "waves" or not self.engine.supports_submit:
-            return pending, []
-        finished = arrivals.wait([handle for handle, _ in pending])
-        ready = [p for p in pending if id(p[0]) in finished]
-        return ready, [p for p in pending if id(p[0]) not in finished]
+            ready: list[tuple[Episode, Completion]] = []
+            for p in pending:
+                ready += zip(p.group, self._result(p.handle).completions, strict=True)
+            return ready, []
+        ready = [(p.group[index], completion) for p, index, completion in arrivals.wait(pending)]
+        return ready, [p for p in pending if len(p.taken) < len(p.group)]
 
     @staticmethod
     def _result(handle: Any) -> Any:

@@ -18,7 +18,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from toolbox.serving.engine import RequestOutput, StreamDelta
+from toolbox.serving.engine import Completion, RequestOutput, StreamDelta
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,9 @@ class RequestHandle:
         self._cancel = cancel
         self._event = threading.Event()
         self._callbacks: list[Callable[[RequestHandle], Any]] = []
+        # (index, completion) of each completion finished so far, for ``add_completion_callback``
+        self._each: list[Callable[[RequestHandle, int, Completion], Any]] = []
+        self._completions: list[tuple[int, Completion]] = []
         self._lock = threading.Lock()  # a callback added while the request finishes runs once
         self._output: RequestOutput | None = None
         self._error: BaseException | None = None
@@ -110,6 +113,18 @@ class RequestHandle:
                 self._callbacks.append(fn)
                 return
         fn(self)
+
+    def add_completion_callback(self, fn: Callable[[RequestHandle, int, Completion], Any]) -> None:
+        """Call ``fn(handle, index, completion)`` as each of the request's ``n`` completions finishes
+        (from the engine thread, in its step; at once, here, for those finished already), before the
+        request is done: a caller that continues each completion on its own (a multi-turn rollout's
+        episodes of one opening prompt) need not wait for the request's longest. A request that
+        fails reports no more completions: ``add_done_callback`` hears of it."""
+        with self._lock:
+            self._each.append(fn)
+            finished = list(self._completions)
+        for index, completion in finished:
+            fn(self, index, completion)
 
     async def wait(self) -> RequestOutput:
         """Await the output (cancelling the awaiting task cancels the request)."""
@@ -167,6 +182,16 @@ class RequestHandle:
                 self._future.set_result(self._output)
         if self._queue is not None:
             self._queue.put_nowait(_END)
+
+    def _completion_finished(self, index: int, completion: Completion) -> None:
+        with self._lock:
+            self._completions.append((index, completion))
+            each = list(self._each)
+        for fn in each:
+            try:
+                fn(self, index, completion)
+            except Exception:  # a caller's bug must not fail the engine's step for everyone
+                log.exception("a completion callback of request %s failed", self.request_id)
 
     def _finish(self, output: RequestOutput | None, error: BaseException | None = None) -> None:
         with self._lock:
