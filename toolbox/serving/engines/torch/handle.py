@@ -2,7 +2,8 @@
 
 Wait for its output (``result()`` from any thread, ``await wait()`` in asyncio code, or
 ``add_done_callback(fn)``: a caller waiting on many requests blocks on its own condition until one of
-them is done, instead of polling ``done``), stream its deltas (``async for delta in handle``), or
+them is done, instead of polling ``done``; ``add_completion_callback(fn)`` hears of each of the
+``n`` completions as it finishes), stream its deltas (``async for delta in handle``), or
 ``cancel()`` it. The scheduler thread feeds it through
 ``_emit`` / ``_finish``, which hand everything to the caller's event loop thread-safely: through
 the scheduler's ``Outbox``, which collects a step's deliveries and sends each event loop one
@@ -76,10 +77,9 @@ class RequestHandle:
         self.stream = stream
         self._cancel = cancel
         self._event = threading.Event()
-        self._callbacks: list[Callable[[RequestHandle], Any]] = []
-        # (index, completion) of each completion finished so far, for ``add_completion_callback``
-        self._each: list[Callable[[RequestHandle, int, Completion], Any]] = []
-        self._completions: list[tuple[int, Completion]] = []
+        self._callbacks: list[Callable[[RequestHandle], Any]] = []  # add_done_callback's
+        self._each: list[Callable[[RequestHandle, int, Completion], Any]] = []  # add_completion_callback's
+        self._completions: list[tuple[int, Completion]] = []  # (index, completion) of those finished
         self._lock = threading.Lock()  # a callback added while the request finishes runs once
         self._output: RequestOutput | None = None
         self._error: BaseException | None = None
