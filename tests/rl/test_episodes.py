@@ -109,3 +109,126 @@ def test_async_schedule_has_episodes_at_different_turns_in_flight(tool_tokenizer
     assert any(flight - {k} for k, flight in mixed), mixed
     waves, engine = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000})
     assert [e.ids for e in waves] == [e.ids for e in episodes]  # the same episodes either way
+
+
+class TimedHandle:
+    """A handle that finishes ``delay`` seconds after submission (a timer thread), telling its done
+    callbacks, as the torch engine's handles do; with ``early``, completion 0 is reported to
+    completion callbacks at once, the others when it finishes."""
+
+    def __init__(self, output, delay: float, early: bool = False) -> None:
+        import threading
+
+        self.output, self.callbacks, self.each, self.lock = output, [], [], threading.Lock()
+        self.finished = threading.Event()
+        self.reported = [0] if early else []
+        if delay <= 0:
+            self.finish()
+        else:
+            threading.Timer(delay, self.finish).start()
+
+    def finish(self) -> None:
+        with self.lock:
+            self.finished.set()
+            callbacks, self.callbacks = self.callbacks, []
+            rest = [i for i in range(len(self.output.completions)) if i not in self.reported]
+            self.reported += rest
+            each = list(self.each)
+        for i in rest:
+            for fn in each:
+                fn(self, i, self.output.completions[i])
+        for fn in callbacks:
+            fn(self)
+
+    def add_completion_callback(self, fn) -> None:
+        with self.lock:
+            self.each.append(fn)
+            reported = list(self.reported)
+        for i in reported:
+            fn(self, i, self.output.completions[i])
+
+    @property
+    def done(self) -> bool:  # (the runner must not poll it: a handle with callbacks is not polled)
+        raise AssertionError("a handle with done callbacks was polled")
+
+    def add_done_callback(self, fn) -> None:
+        with self.lock:
+            if not self.finished.is_set():
+                self.callbacks.append(fn)
+                return
+        fn(self)
+
+    def result(self, timeout=None):
+        assert self.finished.is_set()
+        return self.output
+
+
+class CallbackEngine(ScriptedEngine):
+    """The scripted engine with handles that report when they finish, after ``delay(prompt ids)``
+    seconds; ``calls`` keeps how many requests each ``submit_requests`` call carried."""
+
+    def __init__(self, tokenizer, delay, early: bool = False) -> None:
+        super().__init__(tokenizer)
+        self.delay, self.early, self.calls, self.first = delay, early, [], []
+        self.first_running = []  # per call after the first: whether a turn-0 request was still running
+
+    def submit_requests(self, requests, *, stream=False, queue_limit=True):
+        self.calls.append(len(requests))
+        if self.first:
+            self.first_running.append(not all(h.finished.is_set() for h in self.first))
+        handles = [
+            TimedHandle(
+                self.generate([list(ids)], params)[0], self.delay(list(ids)), self.early and params.n > 1
+            )
+            for ids, params in requests
+        ]
+        self.first = self.first or handles
+        return handles
+
+
+def test_async_turns_ready_together_reach_the_engine_in_one_submit(tool_tokenizer, tasks):
+    """Replies that are in when the runner looks are continued together: one ``submit_requests``
+    call (one engine step prefills them all) per batch of finished replies, not one per episode."""
+    engine = CallbackEngine(tool_tokenizer, delay=lambda ids: 0.0)  # finished as soon as submitted
+    episodes, _ = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000},
+                      schedule="async", engine=engine)  # fmt: skip
+    assert all(e.reward == 1.0 and len(e.turns) == 3 for e in episodes)
+    assert engine.calls == [3, 6, 6]  # turn 0: n = 2 per task; then every episode's next turn at once
+
+
+def test_async_runner_sleeps_until_a_reply_is_in(tool_tokenizer, tasks, monkeypatch):
+    """The runner does not spin while replies are slow: it wakes at most once per report (a finished
+    request, or a completion of a turn-0 request of n = 2), while a 0.5 ms poll would wake ~300
+    times over the rollout's ~0.15 s; the episodes are the waves schedule's."""
+    import toolbox.rl.episodes as module
+
+    made = []
+
+    class Counted(module.Arrivals):
+        def __init__(self):
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(module, "Arrivals", Counted)
+    engine = CallbackEngine(tool_tokenizer, delay=lambda ids: 0.01 + 0.02 * (len(ids) % 3))
+    episodes, _ = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000},
+                      schedule="async", engine=engine)  # fmt: skip
+    requests = sum(engine.calls)
+    assert requests == 3 + 6 + 6 and len(made) == 1
+    reports = requests + 3 * 2  # done callbacks, and the turn-0 requests' completion callbacks
+    assert made[0].wakeups <= reports, (made[0].wakeups, reports)
+    waves, _ = run(tool_tokenizer, tasks[:3], {"name": "lookup_calculator", "max_tokens": 1000})
+    assert [e.ids for e in waves] == [e.ids for e in episodes]
+
+
+def test_async_episodes_go_on_before_their_groups_first_request_is_done(tool_tokenizer, tasks):
+    """Turn 0 is one request of n = G per task; under ``async`` each episode continues as soon as its
+    own completion is in (the engine's completion callbacks), not when its group's longest is: the
+    three first episodes' next turns reach the engine while the turn-0 requests are still running;
+    the episodes are the waves schedule's."""
+    env = {"name": "lookup_calculator", "max_tokens": 1000}
+    engine = CallbackEngine(tool_tokenizer, delay=lambda ids: 0.3, early=True)
+    episodes, _ = run(tool_tokenizer, tasks[:3], env, schedule="async", engine=engine)
+    assert engine.calls[:2] == [3, 3]  # turn 0 of the 3 tasks; then turn 1 of each task's episode 0
+    assert engine.first_running[0] is True
+    assert [e.ids for e in episodes] == [e.ids for e in run(tool_tokenizer, tasks[:3], env)[0]]

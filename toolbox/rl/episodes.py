@@ -14,7 +14,14 @@ user turn) and the episode asks again, one request per episode with a seed of it
 episode that needs a reply is in the engine's running batch at once, whatever its turn, so
 episodes at different turns share decode steps. ``schedule="waves"`` waits for every pending reply
 before submitting the next ones (the batch's composition, and so the rollout, does not depend on
-thread timing); ``schedule="async"`` resubmits an episode as soon as its reply is in. Each request
+thread timing); ``schedule="async"`` resubmits an episode as soon as its reply is in: the runner
+thread sleeps until the engine reports a finished request (``Arrivals``: the handles' done
+callbacks; no polling, which took the engine thread's interpreter lock 2000 times a second), then
+continues every episode whose reply is in and submits their next turns in one ``submit_requests``
+call, so one engine step prefills them together. A turn-0 request's G replies are taken one by one
+as each finishes (the handles' completion callbacks): an episode does not wait for the longest
+first reply of its group (on the benchmark's 64 episodes, 156 engine steps instead of 175 for a
+longest episode of 154 tokens). Each request
 carries the whole conversation; the torch engine's prefix cache (``engine.prefix_cache_gib``)
 recognises the previous turn's prompt and reply in it and prefills only the new tokens (an engine
 without prefix caching prefills it all again).
@@ -35,6 +42,7 @@ opening prompt) or the engine's context.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -94,6 +102,80 @@ class Episode:
         return [*self.prompt_ids, *self.ids]
 
 
+@dataclass(eq=False)
+class Pending:
+    """A request in flight and the episodes it answers (turn 0: a group's G, one per completion);
+    ``taken``: the indices of the completions already handed to their episodes."""
+
+    handle: Any
+    group: list[Episode]
+    taken: set[int] = field(default_factory=set)
+
+
+class Arrivals:
+    """The replies of an ``async`` rollout as they come in, for a runner thread that sleeps until
+    one is in.
+
+    ``watch(pending)`` asks a handle with ``add_done_callback`` (the torch engine's) to report here
+    when it finishes, and, for a request of several completions, one with
+    ``add_completion_callback`` to report each completion as it finishes. ``wait(pending)`` blocks
+    on a condition until a reply not yet taken is in and returns all that are, as ``(pending,
+    index, completion)`` (a batch: the turns they continue are submitted together). A handle
+    without callbacks (an engine that offers only ``done``) is polled instead, every ``poll_s``.
+    """
+
+    poll_s = 0.0005
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        # by the handle itself (held, so that no later handle can come to share its id)
+        self._finished: set[Any] = set()
+        self._completions: dict[Any, list[tuple[int, Completion]]] = {}
+        self.wakeups = 0  # how many times ``wait`` woke up (a test counts them: no spinning)
+
+    def watch(self, pending: Pending) -> None:
+        handle = pending.handle
+        each = getattr(handle, "add_completion_callback", None)
+        if each is not None and len(pending.group) > 1:
+            each(self._completed)
+        add = getattr(handle, "add_done_callback", None)
+        if add is not None:
+            add(self._arrived)
+
+    def _completed(self, handle: Any, index: int, completion: Completion) -> None:  # engine thread
+        with self._cv:
+            self._completions.setdefault(handle, []).append((index, completion))
+            self._cv.notify()
+
+    def _arrived(self, handle: Any) -> None:  # engine thread
+        with self._cv:
+            self._finished.add(handle)
+            self._cv.notify()
+
+    def wait(self, pending: list[Pending]) -> list[tuple[Pending, int, Completion]]:
+        polled = any(not hasattr(p.handle, "add_done_callback") for p in pending)
+        with self._cv:
+            while True:
+                ready = []
+                for p in pending:
+                    fresh = {i: c for i, c in self._completions.pop(p.handle, []) if i not in p.taken}
+                    if hasattr(p.handle, "add_done_callback"):
+                        finished = p.handle in self._finished
+                    else:
+                        finished = getattr(p.handle, "done", True)
+                    if finished:
+                        self._finished.discard(p.handle)
+                        for i, c in enumerate(EpisodeRunner._result(p.handle).completions):
+                            if i not in p.taken:
+                                fresh.setdefault(i, c)
+                    p.taken.update(fresh)
+                    ready += [(p, i, c) for i, c in sorted(fresh.items())]
+                if ready:
+                    return ready
+                self._cv.wait(self.poll_s if polled else None)
+                self.wakeups += 1
+
+
 class EpisodeRunner:
     """Rolls out episodes of the environment ``env`` through ``engine`` (see the module docstring).
 
@@ -147,19 +229,18 @@ class EpisodeRunner:
             group = episodes[g * num_generations : (g + 1) * num_generations]
             first = replace(params, n=num_generations, seed=None if seed is None else seed + g)
             asks.append((group[0], first, group))
-        pending = self._submit(asks)
+        arrivals = Arrivals()
+        pending = self._submit(asks, arrivals)
         while pending:
-            ready, pending = self._wait(pending)
+            ready, pending = self._wait(pending, arrivals)
             asked = []
-            for handle, group in ready:
-                output = self._result(handle)
-                for episode, completion in zip(group, output.completions, strict=True):
-                    self._advance(episode, completion)
-                    if not episode.done:
-                        asked.append(episode)
+            for episode, completion in ready:
+                self._advance(episode, completion)
+                if not episode.done:
+                    asked.append(episode)
             seeds = [None if seed is None else self._seed(seed, e, num_generations) for e in asked]
             pending += self._submit(
-                [(e, replace(params, seed=s), [e]) for e, s in zip(asked, seeds, strict=True)]
+                [(e, replace(params, seed=s), [e]) for e, s in zip(asked, seeds, strict=True)], arrivals
             )
         return episodes
 
@@ -192,10 +273,14 @@ class EpisodeRunner:
         return left
 
     def _submit(
-        self, asks: list[tuple[Episode, SamplingParams, list[Episode]]]
-    ) -> list[tuple[Any, list[Episode]]]:
+        self, asks: list[tuple[Episode, SamplingParams, list[Episode]]], arrivals: Arrivals
+    ) -> list[Pending]:
         """The replies ``(episode, params, its group)`` asks for, all joining one step of the engine
-        (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing."""
+        (``submit_requests``): a wave's batch, and so its log-probs, do not depend on thread timing;
+        under ``async``, the turns that became ready together are prefilled together. ``arrivals``
+        hears of each finished handle (``async``)."""
+        if not asks:
+            return []
         requests = []
         for episode, params, group in asks:
             now = time.time()
@@ -206,16 +291,26 @@ class EpisodeRunner:
             handles = self.engine.submit_requests(requests, stream=False, queue_limit=False)
         else:
             handles = [self.engine.generate([ids], params)[0] for ids, params in requests]
-        return [(handle, group) for handle, (_, _, group) in zip(handles, asks, strict=True)]
+        pending = [Pending(handle, group) for handle, (_, _, group) in zip(handles, asks, strict=True)]
+        if self.schedule == "async":
+            for p in pending:
+                arrivals.watch(p)
+        return pending
 
-    def _wait(self, pending: list[tuple[Any, list[Episode]]]) -> tuple[list, list]:
+    def _wait(
+        self, pending: list[Pending], arrivals: Arrivals
+    ) -> tuple[list[tuple[Episode, Completion]], list[Pending]]:
+        """``(ready (episode, its reply), still pending)``: under ``waves`` every reply (their results
+        block), in submission order; under ``async`` every reply in by now, waiting (asleep) until
+        there is at least one: a turn-0 request's replies one by one as they finish, so that an
+        episode does not wait for the longest first reply of its group."""
         if self.schedule == "waves" or not self.engine.supports_submit:
-            return pending, []
-        while True:
-            ready = [p for p in pending if getattr(p[0], "done", True)]
-            if ready:
-                return ready, [p for p in pending if p not in ready]
-            time.sleep(0.0005)
+            ready: list[tuple[Episode, Completion]] = []
+            for p in pending:
+                ready += zip(p.group, self._result(p.handle).completions, strict=True)
+            return ready, []
+        ready = [(p.group[index], completion) for p, index, completion in arrivals.wait(pending)]
+        return ready, [p for p in pending if len(p.taken) < len(p.group)]
 
     @staticmethod
     def _result(handle: Any) -> Any:

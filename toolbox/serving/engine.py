@@ -113,7 +113,12 @@ class StreamDelta:
 
 
 class RequestHandle(Protocol):
-    """A request queued with :meth:`InferenceEngine.submit_request`: wait, stream or cancel it."""
+    """A request queued with :meth:`InferenceEngine.submit_request`: wait, stream or cancel it.
+
+    A handle may also offer ``add_done_callback(fn)`` (the torch engine's do): ``fn(handle)`` runs
+    once it has finished, so a caller waiting on many requests sleeps instead of polling ``done``
+    (``rl/episodes.py``); and ``add_completion_callback(fn)``: ``fn(handle, index, completion)`` as
+    each of its ``n`` completions finishes."""
 
     request_id: str
     prompt_token_ids: list[int]

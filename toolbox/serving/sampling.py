@@ -55,7 +55,9 @@ class SamplingTensors:
     repetition_penalty: torch.Tensor  # [B] float; 1 = off
     presence_penalty: torch.Tensor  # [B] float; 0 = off
     frequency_penalty: torch.Tensor  # [B] float; 0 = off
-    logit_bias: list[tuple[int, torch.Tensor, torch.Tensor]]  # (row, token ids, biases) of rows with one
+    # (rows, token ids, biases): every row's logit_bias, flattened (one index_put a step, not one op
+    # per row: 64 rows with a stop-token bias cost 0.13 ms a step that way); None: no row has one
+    logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
     greedy: torch.Tensor  # [B] bool
     all_greedy: bool
     any_top_k: bool
@@ -86,15 +88,16 @@ class SamplingTensors:
         frequency = torch.tensor(
             [float(p.frequency_penalty) for p in params], dtype=torch.float32, device=device
         )
-        bias = [
-            (
-                row,
-                torch.tensor(list(p.logit_bias), dtype=torch.long, device=device),
-                torch.tensor(list(p.logit_bias.values()), dtype=torch.float32, device=device),
+        biased = [(row, int(token), float(value)) for row, p in enumerate(params)
+                  for token, value in (p.logit_bias or {}).items()]  # fmt: skip
+        bias = None
+        if biased:
+            rows, tokens, values = zip(*biased, strict=True)
+            bias = (
+                torch.tensor(rows, dtype=torch.long, device=device),
+                torch.tensor(tokens, dtype=torch.long, device=device),
+                torch.tensor(values, dtype=torch.float32, device=device),
             )
-            for row, p in enumerate(params)
-            if p.logit_bias
-        ]
         greedy = temperature <= 0
         return cls(
             temperature=temperature,
@@ -193,14 +196,15 @@ def apply_output_penalties(
 
 
 def apply_logit_bias(
-    logits: torch.Tensor, bias: Sequence[tuple[int, torch.Tensor, torch.Tensor]]
+    logits: torch.Tensor, bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
 ) -> torch.Tensor:
-    """Add each row's ``logit_bias`` values to its named token ids."""
-    if not bias:
+    """Add each row's ``logit_bias`` values to its named token ids (``SamplingTensors.logit_bias``:
+    a (row, token) pair appears once, so each logit gets one addition, as ``out[row, ids] += v``)."""
+    if bias is None:
         return logits
+    rows, ids, values = bias
     out = logits.clone()
-    for row, ids, values in bias:
-        out[row, ids] += values
+    out.index_put_((rows, ids), values.to(out.dtype), accumulate=True)
     return out
 
 

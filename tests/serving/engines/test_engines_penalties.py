@@ -35,6 +35,24 @@ def test_output_penalties_and_logit_bias_follow_openais_formula():
     torch.testing.assert_close(got, want)
 
 
+def test_logit_bias_of_many_rows_is_each_rows_addition_bit_for_bit():
+    """The biases of every row go in as one flattened index_put: the same float additions as adding
+    each row's biases to its logits in turn (rows without a bias, and a batch without any, untouched)."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 50, generator=g)
+    biases = [{3: 2.5}, {}, {3: -1.25, 49: 7.0, 0: -100.0}, {}, {17: 0.1}, {3: 2.5}]
+    params = [SamplingParams(temperature=1.0, logit_bias=b) for b in biases]
+    got = process_logits(logits, SamplingTensors.from_params(params))
+    want = logits.clone()
+    for row, bias in enumerate(biases):
+        for token, value in bias.items():
+            want[row, token] += value
+    assert torch.equal(got, want)
+    plain = [SamplingParams(temperature=1.0)] * 2
+    assert SamplingTensors.from_params(plain).logit_bias is None
+    assert torch.equal(process_logits(logits[:2], SamplingTensors.from_params(plain)), logits[:2])
+
+
 @pytest.mark.parametrize(
     ("params", "word"),
     [

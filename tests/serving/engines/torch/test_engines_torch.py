@@ -550,3 +550,51 @@ def test_gemma_and_layer_norms_are_the_modules_bit_for_bit():
     for norm in (gemma, layer):
         assert type(norm_of(norm, True)) is tuple
         assert torch.equal(apply_norm(norm_of(norm, True), x), norm(x))
+
+
+def test_done_callbacks_run_once_when_the_request_finishes(engine_for, model, tokenizer):
+    """``add_done_callback``: called once with the handle, from the engine's step, after its output
+    is set (a waiter that sleeps on its own condition, as the episode runner's, reads it at once);
+    added after the request finished, it runs at once; a failing callback fails nothing else."""
+    import threading
+
+    eng = engine_for(model, tokenizer, max_batch_size=2)
+    seen, called = [], threading.Event()
+
+    def fn(h):
+        seen.append((h, h.done, threading.current_thread().name, h.result().completions[0].token_ids))
+        called.set()
+
+    handle = eng.submit(PROMPTS[0], greedy(30, ignore_eos=True), stream=False)
+    handle.add_done_callback(lambda h: 1 / 0)  # logged; the step and the next callback go on
+    handle.add_done_callback(fn)
+    assert called.wait(60)
+    tokens = handle.result().completions[0].token_ids
+    assert seen == [(handle, True, "toolbox-torch-engine", tokens)] and len(tokens) == 30
+    handle.add_done_callback(fn)
+    assert seen[1] == (handle, True, threading.current_thread().name, tokens) and len(seen) == 2
+
+
+def test_completion_callbacks_report_each_completion_as_it_finishes(engine_for, model, tokenizer):
+    """``add_completion_callback``: each of a request's n completions is reported when it finishes,
+    shorter ones first and before the request is done, as the output then holds it (a rollout
+    continues an episode of a group without waiting for the group's longest first reply)."""
+    eng = engine_for(model, tokenizer, max_batch_size=8)
+    vocab = len(tokenizer)
+    params = SamplingParams(
+        n=6, max_tokens=40, temperature=1.0, seed=3, stop_token_ids=list(range(0, vocab, 3))
+    )
+    seen = []
+    with eng.batcher.step_lock:  # (no step runs before the callback is in)
+        handle = eng.submit(PROMPTS[0], params, stream=False)
+        handle.add_completion_callback(lambda h, i, c: seen.append((i, c, h.done)))
+    output = handle.result(60)
+    lengths = [len(c.token_ids) for c in output.completions]
+    assert len(set(lengths)) > 1, lengths  # (the seed gives completions of different lengths)
+    assert sorted(i for i, _, _ in seen) == list(range(6))
+    assert all(c == output.completions[i] for i, c, _ in seen)
+    arrived = [len(c.token_ids) for _, c, _ in seen]
+    assert arrived == sorted(arrived) and not seen[0][2]  # the first came before the request was done
+    late = []  # registered after the request finished: every completion at once, here
+    handle.add_completion_callback(lambda h, i, c: late.append(i))
+    assert sorted(late) == list(range(6))

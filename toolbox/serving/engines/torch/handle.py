@@ -1,7 +1,10 @@
 """``RequestHandle``: a request submitted to the torch engine's scheduler, as its caller holds it.
 
-Wait for its output (``result()`` from any thread, ``await wait()`` in asyncio code), stream its
-deltas (``async for delta in handle``), or ``cancel()`` it. The scheduler thread feeds it through
+Wait for its output (``result()`` from any thread, ``await wait()`` in asyncio code, or
+``add_done_callback(fn)``: a caller waiting on many requests blocks on its own condition until one of
+them is done, instead of polling ``done``; ``add_completion_callback(fn)`` hears of each of the
+``n`` completions as it finishes), stream its deltas (``async for delta in handle``), or
+``cancel()`` it. The scheduler thread feeds it through
 ``_emit`` / ``_finish``, which hand everything to the caller's event loop thread-safely: through
 the scheduler's ``Outbox``, which collects a step's deliveries and sends each event loop one
 batch per step (one ``call_soon_threadsafe``, a socket write, instead of one per token: 40
@@ -11,11 +14,14 @@ streams cost ~0.3-0.6 ms of the engine thread per step otherwise).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from toolbox.serving.engine import RequestOutput, StreamDelta
+from toolbox.serving.engine import Completion, RequestOutput, StreamDelta
+
+log = logging.getLogger(__name__)
 
 _END = object()
 
@@ -71,6 +77,10 @@ class RequestHandle:
         self.stream = stream
         self._cancel = cancel
         self._event = threading.Event()
+        self._callbacks: list[Callable[[RequestHandle], Any]] = []  # add_done_callback's
+        self._each: list[Callable[[RequestHandle, int, Completion], Any]] = []  # add_completion_callback's
+        self._completions: list[tuple[int, Completion]] = []  # (index, completion) of those finished
+        self._lock = threading.Lock()  # a callback added while the request finishes runs once
         self._output: RequestOutput | None = None
         self._error: BaseException | None = None
         try:
@@ -93,6 +103,28 @@ class RequestHandle:
             raise self._error
         assert self._output is not None
         return self._output
+
+    def add_done_callback(self, fn: Callable[[RequestHandle], Any]) -> None:
+        """Call ``fn(handle)`` once the request has finished (its output or error is set): from the
+        engine thread, in the step that finished it (keep ``fn`` short: the step waits for it), or
+        at once, here, if it has already finished."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def add_completion_callback(self, fn: Callable[[RequestHandle, int, Completion], Any]) -> None:
+        """Call ``fn(handle, index, completion)`` as each of the request's ``n`` completions finishes
+        (from the engine thread, in its step; at once, here, for those finished already), before the
+        request is done: a caller that continues each completion on its own (a multi-turn rollout's
+        episodes of one opening prompt) need not wait for the request's longest. A request that
+        fails reports no more completions: ``add_done_callback`` hears of it."""
+        with self._lock:
+            self._each.append(fn)
+            finished = list(self._completions)
+        for index, completion in finished:
+            fn(self, index, completion)
 
     async def wait(self) -> RequestOutput:
         """Await the output (cancelling the awaiting task cancels the request)."""
@@ -151,9 +183,26 @@ class RequestHandle:
         if self._queue is not None:
             self._queue.put_nowait(_END)
 
+    def _completion_finished(self, index: int, completion: Completion) -> None:
+        with self._lock:
+            self._completions.append((index, completion))
+            each = list(self._each)
+        for fn in each:
+            try:
+                fn(self, index, completion)
+            except Exception:  # a caller's bug must not fail the engine's step for everyone
+                log.exception("a completion callback of request %s failed", self.request_id)
+
     def _finish(self, output: RequestOutput | None, error: BaseException | None = None) -> None:
-        if self._event.is_set():
-            return
-        self._output, self._error = output, error
-        self._event.set()
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._output, self._error = output, error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
         self._call_in_loop(self._resolve)
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:  # a caller's bug must not fail the engine's step for everyone
+                log.exception("a done callback of request %s failed", self.request_id)

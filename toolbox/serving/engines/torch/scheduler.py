@@ -102,6 +102,7 @@ class _Seq:
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
     matcher: Any = None
+    completion: Completion | None = None  # built when it finished
 
 
 class ContinuousBatcher:
@@ -627,29 +628,31 @@ class ContinuousBatcher:
             lp = seq.logprobs[-1:] if p.logprobs and last else None
             top = seq.top_logprobs[-1:] if p.logprobs and p.top_logprobs and last else None
             request.handle._emit(StreamDelta(seq.index, last, seq.text.take(final=True), reason, lp, top))
+        seq.completion = self._completion(seq)  # reported now (add_completion_callback), kept for the output
+        request.handle._completion_finished(seq.index, seq.completion)
         if request.unfinished == 0:
             self._complete(request)
 
+    def _completion(self, seq: _Seq) -> Completion:
+        request = seq.request
+        if seq.text is not None:
+            seq.text.finish()
+            text = seq.text.text
+        else:
+            ids = seq.tokens[:-1] if seq.tokens and seq.tokens[-1] in request.stop_ids else seq.tokens
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(
+            token_ids=list(seq.tokens),
+            text=text,
+            finish_reason=seq.finish_reason or "abort",
+            logprobs=list(seq.logprobs) if request.params.logprobs else None,
+            top_logprobs=list(seq.top_logprobs)
+            if request.params.logprobs and request.params.top_logprobs
+            else None,
+        )
+
     def _complete(self, request: _Request) -> None:
-        completions = []
-        for seq in request.seqs:
-            if seq.text is not None:
-                seq.text.finish()
-                text = seq.text.text
-            else:
-                ids = seq.tokens[:-1] if seq.tokens and seq.tokens[-1] in request.stop_ids else seq.tokens
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            completions.append(
-                Completion(
-                    token_ids=list(seq.tokens),
-                    text=text,
-                    finish_reason=seq.finish_reason or "abort",
-                    logprobs=list(seq.logprobs) if request.params.logprobs else None,
-                    top_logprobs=list(seq.top_logprobs)
-                    if request.params.logprobs and request.params.top_logprobs
-                    else None,
-                )
-            )
+        completions = [seq.completion or self._completion(seq) for seq in request.seqs]
         request.handle._finish(RequestOutput(list(request.prompt), completions))
         with self._cv:
             self._forget(request)
