@@ -20,7 +20,10 @@ On a CPU the projections run through oneDNN with weights reordered once into its
 rebuilt with the other cached weights when the parameters change. Each layer's tensors as the
 forward uses them, and the two kernels, are in ``layer_weights.py``. Decode steps of many sequences
 can run their attention through a kernel compiled at start-up instead of SDPA (``attention``;
-``decode_attention.py``: 1.5-1.8x faster on the benchmark model's 40-sequence batches).
+``decode_attention.py``: 1.5-1.8x faster on the benchmark model's 40-sequence batches). On a CPU
+the packed weights and the KV cache are moved into 2 MiB pages once built (``huge_pages.py``): the
+same bytes, read faster (decode steps 1.16x / 1.14x / 1.05x faster at batch 1 / 8 / 32 on the
+512-wide model, one thread, logits bit for bit).
 
 Why this file is longer than ~400 lines: it is one class over one cache; its entry points (prefill,
 prefill_at for chunked prefill, extend, decode, copy_slot, read_slot/write_slot for the prefix
@@ -39,6 +42,7 @@ import torch.nn.functional as F
 import toolbox.serving.engines.torch.decode_attention as decode_attention
 from toolbox.core.errors import ConfigError
 from toolbox.serving.engines.torch.architectures import SUPPORTED, Layout
+from toolbox.serving.engines.torch.huge_pages import collapse
 from toolbox.serving.engines.torch.layer_weights import (
     ONEDNN_MIN_WIDTH,
     LayerWeights,
@@ -71,6 +75,8 @@ class SlotRunner:
             (on a CPU, for models at least ``ONEDNN_MIN_WIDTH`` wide, the kernel of
             ``decode_attention.py``, compiled now, for the steps it serves (``usable``), if
             ``torch.compile`` works here; else SDPA) or "compiled" (that, or an error).
+        huge_pages: on a CPU, move the projection weights and the KV cache into 2 MiB pages once
+            built (``huge_pages.py``: the same numbers, read faster).
     """
 
     def __init__(
@@ -81,6 +87,7 @@ class SlotRunner:
         initial_capacity: int = 128,
         linear: str = "auto",
         attention: str = "sdpa",
+        huge_pages: bool = True,
     ) -> None:
         config = model.config
         self.layout = layout = Layout(model)  # or a ConfigError naming what is not supported
@@ -100,6 +107,7 @@ class SlotRunner:
         self.max_model_len = max_model_len
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
+        self.huge_pages = huge_pages and self.device.type == "cpu"
         onednn = onednn_usable(self.device, self.dtype)
         wide = int(config.hidden_size) >= ONEDNN_MIN_WIDTH
         if linear not in ("auto", "onednn", "torch"):
@@ -178,6 +186,8 @@ class SlotRunner:
                     v[:, :, : self.capacity].copy_(self.v_cache[i])
                 k_new.append(k)
                 v_new.append(v)
+        if self.huge_pages:
+            collapse(k_new + v_new)
         self.k_cache, self.v_cache, self.capacity = k_new, v_new, new
 
     def copy_slot(self, src: int, dst: int, length: int) -> None:
@@ -239,6 +249,10 @@ class SlotRunner:
                 self._pack(head.weight),
                 getattr(head, "bias", None),
             )
+            if self.huge_pages:
+                collapse(
+                    [self._head[1]] + [t for w in self._cached for t in (w.w_qkv, w.w_o, w.w_gu, w.w_down)]
+                )
         return self._cached
 
     def weights_generation(self) -> int:
