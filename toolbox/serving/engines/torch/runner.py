@@ -75,8 +75,9 @@ class SlotRunner:
             (on a CPU, for models at least ``ONEDNN_MIN_WIDTH`` wide, the kernel of
             ``decode_attention.py``, compiled now, for the steps it serves (``usable``), if
             ``torch.compile`` works here; else SDPA) or "compiled" (that, or an error).
-        huge_pages: on a CPU, move the projection weights and the KV cache into 2 MiB pages once
-            built (``huge_pages.py``: the same numbers, read faster).
+        huge_pages: on a CPU, move the projection weights (as first built: a trainer's updates
+            rebuild them each step, and the move would cost each step) and the KV cache into
+            2 MiB pages (``huge_pages.py``: the same numbers, read faster).
     """
 
     def __init__(
@@ -249,8 +250,8 @@ class SlotRunner:
                 self._pack(head.weight),
                 getattr(head, "bias", None),
             )
-            if self.huge_pages:
-                collapse(
+            if self.huge_pages and self.generation == 1:  # once: a trainer rebuilds them every
+                collapse(  # update, and the copy into huge pages would cost each of its steps
                     [self._head[1]] + [t for w in self._cached for t in (w.w_qkv, w.w_o, w.w_gu, w.w_down)]
                 )
         return self._cached
