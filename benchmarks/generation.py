@@ -31,6 +31,17 @@ SIZES = {
 }
 
 
+def size_tokenizer(size: str):
+    """The tokenizer of ``--size``: the 85M model's 30k WordPiece, else characters."""
+    from toolbox.core.registries import TOKENIZERS
+
+    if size == "85m":
+        from harness.sizes import minilm_tokenizer
+
+        return TOKENIZERS.build({"name": "hf_tokenizer", "path": minilm_tokenizer()})
+    return TOKENIZERS.build({"name": "char"}, corpus=["abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()"])
+
+
 def build_model(
     vocab_size: int,
     hidden_size: int,
@@ -79,19 +90,12 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import GenerationConfig
 
-    from toolbox.core.registries import ENGINES, TOKENIZERS
+    from toolbox.core.registries import ENGINES
     from toolbox.serving.engine import SamplingParams
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if args.size == "85m":
-        from harness.sizes import minilm_tokenizer
-
-        tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": minilm_tokenizer()})
-    else:
-        tokenizer = TOKENIZERS.build(
-            {"name": "char"}, corpus=["abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()"]
-        )
+    tokenizer = size_tokenizer(args.size)
     model = build_model(
         len(tokenizer), args.hidden_size, args.num_layers, args.num_heads, args.seed, args.intermediate_size
     )

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from generation import SIZES, build_model
+from generation import SIZES, build_model, size_tokenizer
 
 VARIANTS = ("full", "no_projections", "no_attention")
 
@@ -129,17 +129,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from toolbox.core.registries import ENGINES, TOKENIZERS
+    from toolbox.core.registries import ENGINES
 
     torch.set_num_threads(args.threads)
-    if args.size == "85m":
-        from harness.sizes import minilm_tokenizer
-
-        tokenizer = TOKENIZERS.build({"name": "hf_tokenizer", "path": minilm_tokenizer()})
-    else:
-        tokenizer = TOKENIZERS.build(
-            {"name": "char"}, corpus=["abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()"]
-        )
+    tokenizer = size_tokenizer(args.size)
     model = build_model(len(tokenizer), seed=args.seed, **SIZES[args.size])
     engine = ENGINES.build(
         {
