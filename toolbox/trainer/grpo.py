@@ -126,8 +126,9 @@ class GRPOTrainer(AsyncRollouts, BaseTrainer):
         forward: how a Hugging Face Llama-layout policy and reference compute the completions'
             log-probs: ``model`` (their own forward), ``lean`` (``toolbox.nn.llama_training``: the
             same function with fewer ops, the last layer only at the completion positions; equal
-            up to float rounding) or ``exact`` (leaner, bitwise the model's). Rows with left
-            padding (prompts of different lengths) and other models use their own forward.
+            up to float rounding; left-padded rows through a mask that keeps each query to the
+            real tokens up to it) or ``exact`` (leaner, bitwise the model's; left-padded batches
+            use the model's forward). Other models always use their own forward.
         importance_sampling_correction: weight each token's loss by π_old/π_sampler from the
             engine's sampling log-probs, truncated (TRL's vllm_importance_sampling_correction).
         importance_sampling_mode: token_truncate, token_mask, sequence_truncate or sequence_mask
