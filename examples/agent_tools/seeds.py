@@ -59,11 +59,13 @@ def chain(runs: dict, run: str) -> list[str]:
 
 
 def has_forward(runs: dict, run: str) -> bool:
-    """Whether the run's trainer has a ``forward`` field (supervised trainers do; GRPO does not)."""
+    """Whether a point's ``trainer.forward`` applies to the run: a supervised trainer's (the matrix
+    perturbs the supervised stages, as ``toolbox matrix`` does; a GRPO trainer's ``forward`` only
+    chooses how its log-probs are computed and keeps its default)."""
     from toolbox.experiment.compose import load_config
 
     cfg = load_config([f"experiment={runs[run]['experiment']}", *(runs[run].get("overrides") or [])])
-    return "forward" in cfg.trainer
+    return "forward" in cfg.trainer and "grpo" not in str(cfg.trainer.name)
 
 
 def copy_checkout(dest: Path) -> None:

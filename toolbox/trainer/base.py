@@ -15,9 +15,7 @@
 Subclasses fill in public hooks only: ``train_step`` (required), ``setup``, ``teardown``,
 ``evaluate``, ``evaluates_at_end``, ``extra_state``/``load_extra_state`` and, for a backend that
 brings its own loop, ``run_loop``; ``fit`` and the private steps of the skeleton are never
-overridden.
-
-The loop never logs and never writes metrics: it emits events, and callbacks observe them.
+overridden. The loop never logs and never writes metrics: it emits events, and callbacks observe them.
 
 The optimizer step (what a subclass's ``train_step`` calls)
 ------------------------------------------------------------
@@ -38,17 +36,15 @@ still reported), steps the optimizer and zeroes the gradients. It returns ``loss
 loss of all ranks over the global item count), the ``lr`` the step used and ``grad_norm``. A
 trainer whose loss is already a mean (GRPO's minibatch loss) passes ``num_items=1`` and the mean
 as ``loss_sum``: the gradients are left as they are. ``params`` defaults to the model's trainable
-parameters. The scheduler steps once per ``train_step`` (after it), in ``fit``, however many
-optimizer steps the train step took. ``with self.eval_mode(module):`` runs a block with a
-module in eval mode and restores its mode.
+parameters. The scheduler steps once per ``train_step`` (after it), however many optimizer steps
+it took. ``with self.eval_mode(module):`` runs a block with a module in eval mode, then restores it.
 
 Components a trainer declares: ``uses_reference = True`` makes the ``ExperimentBuilder`` build the
 frozen reference (``parts.reference_model``, when the objective ``needs_reference``; from
 ``trainer.reference_path`` or a copy of the policy as built), ``uses_engine = True`` the inference
 engine (``parts.engine``: the run's ``engine`` node, else ``default_engine(settings)``). A trainer
-only reads them, and never writes into the objective, collator, dataset or engine; what an
-objective needs it declares (``needs_reference``, ``needs_entropy``, ``needs_kl_pairs``,
-``needs_value_head``, defaults in ``objectives/base.py``).
+only reads them, never writing into the objective, collator, dataset or engine; what an objective
+needs it declares (``needs_reference``, ``needs_entropy``, ``needs_kl_pairs``, ``needs_value_head``).
 """
 
 from __future__ import annotations
@@ -300,9 +296,9 @@ class BaseTrainer(ABC):
         """Clip the global gradient norm to ``max_grad_norm`` (0: no clipping); return the norm."""
         if self.max_grad_norm and self.max_grad_norm > 0:
             total = clip_grad_norm(params, self.max_grad_norm)  # torch's kernels, leaner (lean_step.py)
-            if total is None:
-                total = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-            return float(total)
+            return float(
+                torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm) if total is None else total
+            )
         norms = [p.grad.detach().norm() for p in params if p.grad is not None]
         return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
