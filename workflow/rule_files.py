@@ -80,6 +80,9 @@ def _inputs(stage: Stage) -> list[str]:
         lines.append(f"{key}={value},{note}")
     if stage.run_inputs:
         lines.append(f"extra=run_inputs({', '.join(_str(k) for k in stage.run_inputs)}),")
+    if stage.per_run and not stage.checkpoint:
+        # every stage after compose waits for the composes of the runs it reads from (common.smk)
+        lines.append("upstream=upstream_composes(),")
     return lines
 
 
