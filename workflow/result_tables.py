@@ -10,6 +10,7 @@ import fnmatch
 import shlex
 from typing import Any
 
+from runs import upstream_runs
 from stages import PATHS
 
 # A table of config/config.yaml (``tables: {name: {metric, scale, rows: {label: {runs, reference}}}}``)
@@ -33,6 +34,12 @@ def table_runs(row: dict[str, Any], runs: dict[str, Any]) -> list[str]:
 
 def table_deps(table: dict[str, Any], runs: dict[str, Any]) -> list[str]:
     return [PATHS["eval"].format(run=r) for row in table["rows"].values() for r in table_runs(row, runs)]
+
+
+def table_upstream(table: dict[str, Any], runs: dict[str, Any]) -> list[str]:
+    """The table's runs and the runs their outputs come from (``init_from``, ``data_from_traces``)."""
+    named = [r for row in table["rows"].values() for r in table_runs(row, runs)]
+    return list(dict.fromkeys(r for run in named for r in [run, *upstream_runs(run, runs)]))
 
 
 def table_command(name: str, table: dict[str, Any], runs: dict[str, Any]) -> str:

@@ -4,7 +4,9 @@ Each stage becomes one Snakemake rule whose file shows its paths: ``input:``, ``
 ``log:``, ``benchmark:`` as path patterns with the ``{run}`` wildcard, and ``shell:`` as the stage's
 command with ``{input.*}``, ``{output.*}`` and ``{params.*}`` in place of the template's names. What
 depends on the run's entry (its overrides, its ``expect:``, the model of ``init_from``) comes from
-the helpers of ``common.smk`` (``after_compose``, ``run_inputs``, ``run_value``), named in the rule.
+the helpers of ``common.smk`` (``after_compose``, ``run_inputs``, ``run_value``), named in the rule;
+every rule after compose also waits for the composes of the runs whose outputs it reads
+(``upstream_composes``).
 
 No rule has a ``message:``: Snakemake then prints ``Job N: <message>`` instead of the job's block
 (``rule <name>:``, its paths, the reason it runs), and its failed-job report keeps printing
@@ -80,6 +82,9 @@ def _inputs(stage: Stage) -> list[str]:
         lines.append(f"{key}={value},{note}")
     if stage.run_inputs:
         lines.append(f"extra=run_inputs({', '.join(_str(k) for k in stage.run_inputs)}),")
+    if stage.per_run and not stage.checkpoint:
+        # every stage after compose waits for the composes of the runs it reads from (common.smk)
+        lines.append("upstream=upstream_composes(),")
     return lines
 
 

@@ -53,6 +53,23 @@ def run_input(kind: str, run: str | None, entry: dict[str, Any] | None) -> str |
     raise KeyError(f"unknown run input {kind!r}; the kinds are: {', '.join(RUN_INPUTS)}")
 
 
+def upstream_runs(run: str, runs: dict[str, Any]) -> list[str]:
+    """The runs whose outputs this run reads (the model of ``init_from``, the dataset of
+    ``data_from_traces``), and the runs those read from, nearest first; none for a run that reads no
+    other run's output. The config is free of cycles (run_config.py); a repeated run is listed once.
+    """
+    found: list[str] = []
+    todo = [run]
+    while todo:
+        entry = runs.get(todo.pop(0)) or {}
+        for key in ("init_from", "data_from_traces"):
+            source = entry.get(key)
+            if source and source != run and source not in found:
+                found.append(source)
+                todo.append(source)
+    return found
+
+
 def extra_deps(stage: Stage, run: str | None, entry: dict[str, Any] | None) -> list[str]:
     """Inputs a stage has for this run only: those of its ``run_inputs`` the run has, in order."""
     return [p for kind in stage.run_inputs if (p := run_input(kind, run, entry))]

@@ -10,6 +10,7 @@ rule check:
     input:
         eval=after_compose("work/{run}/eval.json"),
         extra=run_inputs("agent_eval"),
+        upstream=upstream_composes(),
     output:
         check="work/{run}/check.json",
         table=report(

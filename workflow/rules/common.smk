@@ -1,6 +1,7 @@
 """Shared by every rule: the config (validated against workflow/schemas/config.schema.yaml), the
 runs, and the helpers the generated rule files (workflow/rules/*.smk, from workflow/stages.py) name
-for what depends on a run's entry: after_compose, run_inputs, run_value, train_resource.
+for what depends on a run's entry: after_compose, upstream_composes, run_inputs, run_value,
+train_resource.
 """
 
 import copy
@@ -137,6 +138,36 @@ def compose_pending(run):
             asked = (known, e.targetfile)
         COMPOSE_ASKED[run] = asked
     return asked[1]
+
+
+@functools.cache
+def upstream(run):
+    """The runs whose outputs the run reads (init_from, data_from_traces, theirs), computed once."""
+    return tuple(runs.upstream_runs(run, RUNS))
+
+
+def composes_pending(names):
+    """The compose checkpoint's targets of those of the runs whose compose has not run."""
+    return [t for run in names if (t := compose_pending(run))]
+
+
+def upstream_composes():
+    """The compose checkpoint's targets of the runs whose outputs this run reads (upstream()),
+    while their compose has not run. Every stage after compose waits for them, so that Snakemake
+    re-evaluates the job once each of them has run: it re-evaluates a job only after a checkpoint
+    that the job depends on.
+
+    Without it a run that starts from another run's model retrained after a compose that changed
+    neither run's slices (a comment in toolbox/configs, an eval-only override of the other run):
+    while the other run's compose was pending, its train job was to rerun (its slice not known
+    yet), so the jobs of this run that read its model were marked "Input files updated by another
+    job"; once that compose had run, Snakemake re-evaluated the other run's train (nothing to do)
+    but kept the mark on this run's jobs, which it did not re-evaluate, and ran them. Where no run
+    reads another run's output, none for every job, without a function for Snakemake to call per job.
+    """
+    if not any(upstream(run) for run in RUNS):
+        return []
+    return per_job(lambda wildcards: composes_pending(upstream(wildcards.run)))
 
 
 def run_inputs(*kinds):

@@ -6,6 +6,8 @@
 rule compare:
     input:
         [stages.PATHS["model"].format(run=r) for r in sorted(RUNS)],  # metrics.jsonl beside each
+        # re-evaluated once every compose has run (common.smk: upstream_composes says why)
+        composes=per_job(lambda wildcards: composes_pending(sorted(RUNS))),
     output:
         plots=report(
             directory(runs.COMPARE_PLOTS),

@@ -8,6 +8,7 @@ rule data:
     input:
         config=after_compose("work/{run}/config/data.yaml"),
         extra=run_inputs("init_model", "traces_data"),
+        upstream=upstream_composes(),
     output:
         data=directory("work/{run}/data"),
     log:

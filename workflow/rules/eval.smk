@@ -11,6 +11,7 @@ rule eval:
         data="work/{run}/data",
         model="work/{run}/train/model",
         extra=run_inputs("init_model"),
+        upstream=upstream_composes(),
     output:
         eval="work/{run}/eval.json",
     log:

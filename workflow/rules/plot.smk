@@ -7,6 +7,7 @@
 rule plot:
     input:
         metrics=after_compose("work/{run}/train/model"),  # metrics.jsonl is written beside it (not declared: see train)
+        upstream=upstream_composes(),
     output:
         plots=report(
             directory("work/{run}/plots"),

@@ -15,6 +15,7 @@ rule publish:
         plots="work/{run}/plots",
         publisher="workflow/scripts/publish.py",
         extra=run_inputs("agent_eval"),
+        upstream=upstream_composes(),
     output:
         results=directory("results/{run}"),
     log:

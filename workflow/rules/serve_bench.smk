@@ -9,6 +9,7 @@ rule serve_bench:
     input:
         model=after_compose("work/{run}/train/model"),
         script="workflow/scripts/serve_bench.py",
+        upstream=upstream_composes(),
     output:
         bench="work/{run}/bench.json",
     log:

@@ -7,6 +7,12 @@ import result_tables  # noqa: E402
 rule table:
     input:
         lambda wildcards: result_tables.table_deps(TABLES[wildcards.table], RUNS),
+        # re-evaluated once the composes of its runs have run (common.smk: upstream_composes)
+        composes=per_job(
+            lambda wildcards: composes_pending(
+                result_tables.table_upstream(TABLES[wildcards.table], RUNS)
+            )
+        ),
     output:
         md="results/tables/{table}.md",
         json="results/tables/{table}.json",

@@ -10,6 +10,7 @@ rule agent:
     input:
         model=after_compose("work/{run}/train/model"),
         extra=run_inputs("agent_script", "init_model"),
+        upstream=upstream_composes(),
     output:
         traces="work/{run}/traces.sqlite",
         eval="work/{run}/agent_eval.json",
@@ -34,6 +35,7 @@ rule agent:
 rule traces:
     input:
         traces=after_compose("work/{run}/traces.sqlite"),
+        upstream=upstream_composes(),
     output:
         data=directory("work/{run}/traces_data"),
     log:

@@ -16,6 +16,7 @@ rule train:
         config=after_compose("work/{run}/config/train.yaml"),
         data="work/{run}/data",
         extra=run_inputs("init_model"),
+        upstream=upstream_composes(),
     output:
         model=directory("work/{run}/train/model"),
     log:
