@@ -107,8 +107,10 @@ def problem(index: int, size: int, low: int = 0) -> dict[str, Any]:
     return {"question": question.format(a=a, b=b), "expression": expression, "answer": calculate(expression)}
 
 
-def conversation(p: dict[str, Any], call_id: str) -> list[dict[str, Any]]:
-    """The solved conversation of a problem: question, tool call, tool result, answer."""
+def conversation(p: dict[str, Any], call_id: str, reply: str | None = None) -> list[dict[str, Any]]:
+    """The solved conversation of a problem: question, tool call, tool result, answer. With ``reply``
+    the tool answers that instead of the problem's answer, and the final turn states it."""
+    reply = p["answer"] if reply is None else reply
     call = {
         "id": call_id,
         "type": "function",
@@ -117,8 +119,8 @@ def conversation(p: dict[str, Any], call_id: str) -> list[dict[str, Any]]:
     return [
         {"role": "user", "content": p["question"]},
         {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call_id, "content": p["answer"]},
-        {"role": "assistant", "content": f"The answer is {p['answer']}."},
+        {"role": "tool", "tool_call_id": call_id, "content": reply},
+        {"role": "assistant", "content": f"The answer is {reply}."},
     ]
 
 
@@ -160,6 +162,7 @@ def arithmetic_tools(
     seed: int = 0,
     fixed_width: bool = False,
     templates: NonNegativeInt = 0,
+    swapped_replies: float = 0.0,
 ) -> Splits:
     """Word problems solved with a calculator tool call, as chat records {messages, tools, question,
     expression, answer}.
@@ -172,7 +175,16 @@ def arithmetic_tools(
         fixed_width: every operand has exactly ``digits`` digits (100..999 for 3), so the numbers
             sit at the same places in every question of a template.
         templates: use the first this many question templates (0: all of them).
+        swapped_replies: the fraction of training conversations whose calculator reply is the
+            answer of another training problem of the same operator, and whose final turn states
+            that reply (``tool_reply``; ``answer`` stays the problem's). A model cannot compute
+            such a reply from the question, so these teach it to answer with what the tool said
+            rather than to do the sum itself (examples/agent_tools: a 2-layer model did the
+            additions itself, with carry errors, after calling right). The held-out split is
+            never swapped.
     """
+    if not 0.0 <= swapped_replies <= 1.0:
+        raise ConfigError(f"data.source.swapped_replies: {swapped_replies}; a fraction in 0..1.")
     if digits < 1 or num_train < 1 or num_test < 0 or not 0 <= templates <= len(TEMPLATES):
         raise ConfigError(
             f"data.source: digits={digits}, num_train={num_train}, num_test={num_test}, templates={templates}; "
@@ -183,12 +195,39 @@ def arithmetic_tools(
 
     from toolbox.data.hermes.calls import render_call
 
-    def record(p: dict[str, Any], i: int) -> Record:
+    def record(p: dict[str, Any], i: int, reply: str | None = None) -> Record:
         # tool_call_text: the call as the served model writes it (its characters are in the corpus
         # a char tokenizer is built from)
         call = render_call("calculator", json.dumps({"expression": p["expression"]}))
-        return {"messages": conversation(p, f"call_{i}"), "tools": tools, "tool_call_text": call, **p}
+        messages = conversation(p, f"call_{i}", reply)
+        extra = {"tool_reply": reply} if reply is not None else {}  # (the training split, when swapping)
+        return {"messages": messages, "tools": tools, "tool_call_text": call, **p, **extra}
 
+    replies = swap_replies(train, swapped_replies, seed) if swapped_replies else [None] * len(train)
     return Splits(
-        train=[record(p, i) for i, p in enumerate(train)], test=[record(p, i) for i, p in enumerate(test)]
+        train=[record(p, i, r) for i, (p, r) in enumerate(zip(train, replies, strict=True))],
+        test=[record(p, i) for i, p in enumerate(test)],
     )
+
+
+def swap_replies(problems: list[dict[str, Any]], fraction: float, seed: int) -> list[str | None]:
+    """Each problem's calculator reply: its answer, or for ``round(fraction * n)`` of them (drawn with
+    their own seeded generator, so the problems themselves do not change) the answer of another
+    problem of the same operator."""
+    replies: list[str | None] = [p["answer"] for p in problems]
+    count = round(fraction * len(problems))
+    rng = random.Random(f"swapped_replies:{seed}")
+    by_op: dict[str, list[int]] = {}
+    for i, p in enumerate(problems):
+        by_op.setdefault(_op(p["expression"]), []).append(i)
+    for i in rng.sample(range(len(problems)), count):
+        same = by_op[_op(problems[i]["expression"])]
+        other = [j for j in rng.sample(same, min(len(same), 8)) if problems[j]["answer"] != replies[i]]
+        if other:
+            replies[i] = problems[other[0]]["answer"]
+    return replies
+
+
+def _op(expression: str) -> str:
+    """The operator of ``a<op>b`` (operands are non-negative here)."""
+    return next(c for c in expression if c in "+-*")
