@@ -62,10 +62,13 @@ def has_forward(runs: dict, run: str) -> bool:
     """Whether a point's ``trainer.forward`` applies to the run: a supervised trainer's (the matrix
     perturbs the supervised stages, as ``toolbox matrix`` does; a GRPO trainer's ``forward`` only
     chooses how its log-probs are computed and keeps its default)."""
+    from toolbox.core.registries import TRAINERS
     from toolbox.experiment.compose import load_config
+    from toolbox.trainer.grpo import GRPOTrainer
 
     cfg = load_config([f"experiment={runs[run]['experiment']}", *(runs[run].get("overrides") or [])])
-    return "forward" in cfg.trainer and "grpo" not in str(cfg.trainer.name)
+    trainer = TRAINERS.get(str(cfg.trainer.name))
+    return "forward" in cfg.trainer and not (isinstance(trainer, type) and issubclass(trainer, GRPOTrainer))
 
 
 def copy_checkout(dest: Path) -> None:

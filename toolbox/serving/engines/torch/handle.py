@@ -188,10 +188,7 @@ class RequestHandle:
             self._completions.append((index, completion))
             each = list(self._each)
         for fn in each:
-            try:
-                fn(self, index, completion)
-            except Exception:  # a caller's bug must not fail the engine's step for everyone
-                log.exception("a completion callback of request %s failed", self.request_id)
+            self._call(fn, "completion", index, completion)
 
     def _finish(self, output: RequestOutput | None, error: BaseException | None = None) -> None:
         with self._lock:
@@ -202,7 +199,12 @@ class RequestHandle:
             callbacks, self._callbacks = self._callbacks, []
         self._call_in_loop(self._resolve)
         for fn in callbacks:
-            try:
-                fn(self)
-            except Exception:  # a caller's bug must not fail the engine's step for everyone
-                log.exception("a done callback of request %s failed", self.request_id)
+            self._call(fn, "done")
+
+    def _call(self, fn: Callable[..., Any], kind: str, *args: Any) -> None:
+        """``fn(self, *args)`` from the engine thread: a caller's bug is logged, never raised (it must
+        not fail the engine's step for everyone)."""
+        try:
+            fn(self, *args)
+        except Exception:
+            log.exception("a %s callback of request %s failed", kind, self.request_id)
