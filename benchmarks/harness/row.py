@@ -1,6 +1,8 @@
 """A README row from a benchmark's JSON: the command and its conditions, our median figure with
 its spread (and MFU), each peer's, and the ratios (median of the per-round ratios, their range, and
-the same by CPU time where the JSON has it). Nothing is typed: every number comes from the file."""
+the same by CPU time where the JSON has it). A benchmark of several batch sizes (its row names
+``batches``, as generation.py's does) gives them all in one row, a figure and a ratio per batch
+size, with whether the greedy ids were equal. Nothing is typed: every number comes from the file."""
 
 from __future__ import annotations
 
@@ -41,8 +43,40 @@ def conditions(data: dict, file: str) -> str:
     )
 
 
+def batches_row(data: dict, file: str) -> str:
+    """One row for every batch size: ``batch 1 / 8 / 32: a / b / c tok/s`` per side, ratios likewise."""
+    r = data["row"]
+    sides, ratios, batches = data["sides"], data["ratios"], r["batches"]
+
+    def figures(side: str) -> str:
+        return " / ".join(spread_text(sides[side][f"batch_{b}_{r['figure']}"]) for b in batches)
+
+    ours = f"batch {' / '.join(map(str, batches))}: {figures(r.get('ours', 'toolbox'))} {r['unit']}"
+    peers = "; ".join(f"{label} {figures(name)} {r['unit']}" for name, label in r["peers"].items())
+    parts = []
+    for name, label in r["peers"].items():
+        wall = [ratios[f"vs_{name}_batch_{b}"] for b in batches]
+        text = " / ".join(f"{x['median']:.2f}× ({x['min']:.2f}–{x['max']:.2f})" for x in wall) + f" {label}"
+        cpu = [ratios.get(f"vs_{name}_batch_{b}_cpu") for b in batches]
+        if all(cpu):
+            text += ", by CPU time " + " / ".join(f"{x['median']:.2f}×" for x in cpu)
+        parts.append(text)
+    match = data.get("greedy_ids_match")
+    if match is not None:
+        differ = [str(b) for b in batches if not match[str(b)]]
+        parts.append(
+            f"**greedy ids differ at batch {'/'.join(differ)}**"
+            if differ
+            else "greedy ids equal at every batch"
+        )
+    command = f"`{data['command']}` ({conditions(data, file)})"
+    return f"| {command} | {ours} | {peers} | {'; '.join(parts)} | {r['goal']} |\n"
+
+
 def row(data: dict, file: str) -> str:
     r = data["row"]
+    if "batches" in r:
+        return batches_row(data, file)
     sides, ratios = data["sides"], data["ratios"]
     ours = side_text(sides[r.get("ours", "toolbox")], r["figure"], r["unit"], r.get("mfu", False))
     peers = "; ".join(
