@@ -24,6 +24,14 @@ problem, its calculator calls and results, the final answer, ``success``: the ve
 and with ``--recall K`` every run (training and held-out) first retrieves the K most similar
 successful episodes into a system message. Held-out runs read the memory but never write to it.
 
+With ``--sample-seed N`` each sampled request of a training run carries a seed made from N, the run's
+session and its turn (``request_seed``), which the server's engine samples that request with, and
+each run's trace id is made from N and its session (``run_trace_id``): the training runs repeat for
+the same model and problems whatever order the requests are batched in (up to the last bits of a
+batched forward), and ``toolbox traces to-dataset``, which reads traces in trace-id order, writes the
+same rows in the same order. Without it the server's own generator samples (the ``agent_endpoint_grpo`` trainer runs copies of this script on the same
+tasks and needs them to sample differently).
+
 With ``--base-url URL`` the training runs go to an endpoint already serving instead of a server
 started here (nothing else changes): the ``agent_endpoint_grpo`` trainer runs this script so, and
 its runs become its training episodes (``toolbox.trainer.agent_endpoint_grpo``).
@@ -36,6 +44,7 @@ on a free 127.0.0.1 port and are stopped by PID.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -164,6 +173,21 @@ class Server:
         self.log.close()
 
 
+def request_seed(sample_seed: int | None, session: str, turn: int) -> int | None:
+    """The sampling seed of a run's request at ``turn`` (None: unseeded, the server's generator)."""
+    if sample_seed is None:
+        return None
+    digest = hashlib.blake2b(f"{sample_seed}:{session}:{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # the API's seeds are 0..2**63 - 1
+
+
+def run_trace_id(sample_seed: int | None, session: str) -> dict[str, str]:
+    """The trace id of a seeded run (32 hex digits, as the tracer's own), as span fields; none unseeded."""
+    if sample_seed is None:
+        return {}
+    return {"trace_id": hashlib.blake2b(f"{sample_seed}:{session}".encode(), digest_size=16).hexdigest()}
+
+
 def solve(
     client,
     problem: dict,
@@ -173,6 +197,7 @@ def solve(
     max_turns: int = 3,
     max_tokens: int = 32,
     memory: AgentMemory | None = None,
+    sample_seed: int | None = None,
 ) -> dict:
     """One agent run: ask, execute the calculator calls, until a reply without a call. A request the
     server refuses (a conversation grown past the model's context) ends the run as not correct.
@@ -182,22 +207,20 @@ def solve(
     Traced, each model call is the child of a ``decision`` span ``turn`` (its ``traceparent``),
     scored ``step_ok``: its calls all returned the answer, or its final answer is right. The run's
     ``agent`` span gets ``correct`` and ``tool_call_ok`` (the first turn called the calculator with
-    an expression of the answer's value)."""
+    an expression of the answer's value). ``sample_seed``: each request seeded (``request_seed``), the trace id made from it (``run_trace_id``)."""
     messages = [{"role": "user", "content": problem["question"]}]
     recalled = memory.recall(problem["question"]) if memory is not None else ""
     if recalled:
         messages.insert(0, {"role": "system", "content": recalled})
     steps: list[str] = []
     if tracer is None:
-        out = _turns(
-            client, problem, None, None, session, temperature, max_turns, max_tokens, messages, steps
-        )
+        out = _turns(client, problem, None, None, session, temperature, max_turns, max_tokens, messages,
+                     steps, sample_seed)  # fmt: skip
     else:
         with tracer.span("agent", "solve", session_id=session, inputs={"question": problem["question"]},
-                         metadata={"answer": problem["answer"]}) as span:  # fmt: skip
-            out = _turns(
-                client, problem, tracer, span, session, temperature, max_turns, max_tokens, messages, steps
-            )
+                         metadata={"answer": problem["answer"]}, **run_trace_id(sample_seed, session)) as span:  # fmt: skip
+            out = _turns(client, problem, tracer, span, session, temperature, max_turns, max_tokens,
+                         messages, steps, sample_seed)  # fmt: skip
             span.outputs = out["final"]
         tracer.score(span.id, "correct", out["correct"], source="reward")
         tracer.score(span.id, "tool_call_ok", out["tool_call_ok"], source="reward")
@@ -207,7 +230,7 @@ def solve(
 
 
 def _turns(
-    client, problem, tracer, span, session, temperature, max_turns, max_tokens, messages, steps
+    client, problem, tracer, span, session, temperature, max_turns, max_tokens, messages, steps, sample_seed
 ) -> dict:
     """The model calls of one run (see ``solve``); appends to ``messages`` and ``steps``."""
     import openai
@@ -244,7 +267,8 @@ def _turns(
                 headers["traceparent"] = f"00-{step.trace_id}-{step.id}-01"
             try:
                 reply = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, max_tokens=max_tokens,
-                                                       temperature=temperature, extra_headers=headers)  # fmt: skip
+                                                       temperature=temperature, extra_headers=headers,
+                                                       seed=request_seed(sample_seed, session, turn))  # fmt: skip
             except openai.BadRequestError as e:
                 if span is not None:
                     span.error = f"BadRequestError: {e.message}"
@@ -277,13 +301,16 @@ def run_all(
     temperature: float = 0.0,
     prefix: str = "p",
     memory: AgentMemory | None = None,
+    sample_seed: int | None = None,
 ) -> list[dict]:
     import openai
 
     client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=2, timeout=300)
     with ThreadPoolExecutor(4) as pool:  # the engine batches concurrent requests
         futures = [
-            pool.submit(solve, client, p, tracer, f"{prefix}{i}", temperature, memory=memory)
+            pool.submit(
+                solve, client, p, tracer, f"{prefix}{i}", temperature, memory=memory, sample_seed=sample_seed
+            )
             for i, p in enumerate(problems)
         ]
         return [f.result() for f in futures]
@@ -329,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixed-width", action="store_true", help="as the source (operands of exactly --digits)")
     p.add_argument("--templates", type=int, default=0, help="as the source (0: all its templates)")
     p.add_argument("--seed", type=int, default=1, help="draw of the training problems")
+    p.add_argument("--sample-seed", type=int, default=None,
+                   help="seed every sampled request from this, its run and its turn (the training runs repeat); "
+                        "default: the server's generator")  # fmt: skip
     p.add_argument("--eval-traces", help="also trace the held-out runs: DIR/after.sqlite, DIR/before.sqlite")
     p.add_argument("--memory", help="an episodic memory store (folder): training runs are written into it")
     p.add_argument(
@@ -379,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         server = Server(a.model, str(partial), log) if not a.base_url else None
         try:
             base_url = a.base_url or server.base_url
-            results = run_all(base_url, train, tracer, a.temperature, memory=memory)
+            results = run_all(
+                base_url, train, tracer, a.temperature, memory=memory, sample_seed=a.sample_seed
+            )
             if memory is not None:
                 out["memory"] = {"written": memory.commit(), "recall": a.recall, "path": a.memory}
         finally:
