@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 import torch
-from conftest import free_port
 from server_util import start_server
 
+from tests.serving.conftest import free_port
 from toolbox.core.registries import ENGINES
 from toolbox.serving.engine import EngineError, SamplingParams
 from toolbox.serving.engines.http_engine import RemoteError

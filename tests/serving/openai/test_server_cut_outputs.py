@@ -8,9 +8,10 @@ import json
 
 import openai
 import pytest
-from conftest import free_port
 from server_util import start_server
 from test_server_tools import WEATHER, ascii_model_dir  # noqa: F401 - the fixture
+
+from tests.serving.conftest import free_port
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import free_port
 from server_util import start_server
+
+from tests.serving.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}

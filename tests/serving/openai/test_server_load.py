@@ -14,8 +14,9 @@ import time
 
 import httpx
 import psutil
-from conftest import free_port
 from server_util import start_server
+
+from tests.serving.conftest import free_port
 
 CLIENTS = 200
 DISCONNECT_EVERY = 10  # 10 %

@@ -14,8 +14,9 @@ import time
 
 import httpx
 import pytest
-from conftest import free_port
 from server_util import start_server
+
+from tests.serving.conftest import free_port
 
 pytestmark = pytest.mark.slow
 SMALL = {"model": "tiny", "prompt": "1+2=", "max_tokens": 2, "temperature": 0}

@@ -14,9 +14,9 @@ import string
 import jsonschema
 import openai
 import pytest
-from conftest import free_port
 from server_util import start_server
 
+from tests.serving.conftest import free_port
 from toolbox.data.hermes import calls as tool_calls
 
 WEATHER = {

@@ -23,8 +23,9 @@ import random
 
 import openai
 import pytest
-from conftest import free_port
 from server_util import start_server
+
+from tests.serving.conftest import free_port
 
 
 def tool(name: str, description: str) -> dict:

@@ -12,8 +12,8 @@ import asyncio
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_bench_model
 
+from tests.serving.conftest import make_bench_model
 from toolbox.core.errors import ConfigError
 from toolbox.serving.engine import SamplingParams
 from toolbox.serving.engines.torch import decode_attention

@@ -8,8 +8,8 @@ import time
 
 import pytest
 import torch
-from conftest import make_bench_model
 
+from tests.serving.conftest import make_bench_model
 from toolbox.core.errors import ConfigError
 from toolbox.core.registries import ENGINES
 from toolbox.serving.engine import PromptTooLongError, QueueFullError, SamplingParams

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import torch
-from conftest import make_bench_model
 
+from tests.serving.conftest import make_bench_model
 from toolbox.serving.engines.torch import huge_pages
 from toolbox.serving.engines.torch.runner import SlotRunner
 
