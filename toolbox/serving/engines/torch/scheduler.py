@@ -429,8 +429,9 @@ class ContinuousBatcher:
         if len(rows) != logits.shape[0] or rows != list(range(len(rows))):
             logits = logits[torch.tensor(rows, device=logits.device)]
         tensors = SamplingTensors.from_params([s.request.params for s in seqs], device=logits.device)
+        # they are the running batch's when it was empty (its first decode step needs no rebuild)
+        self._tensors = tensors if not self._running else None
         self._running.extend(seqs)
-        self._tensors = None
         self._sample_and_append(logits, seqs, tensors, decoded=False)
 
     def _generation(self) -> int:
