@@ -94,8 +94,9 @@ class TextRollout:
         for i, out in enumerate(outputs):
             if len(out.completions) != n:
                 raise ValueError(f"prompt {i} has {len(out.completions)} completions, expected {n}")
+            prompt = list(out.prompt_token_ids)  # one list for the group: from_rows pads it once
             for c in out.completions:
-                prompt_rows.append(list(out.prompt_token_ids))
+                prompt_rows.append(prompt)
                 completion_rows.append(list(c.token_ids))
                 texts.append(c.text)
                 reasons.append(c.finish_reason)
@@ -158,10 +159,13 @@ class TextRollout:
         # one tensor each from padded Python lists: much cheaper than several tensor copies per row
         pad = pad_token_id
         ids_p, mask_p, ids_c, mask_c, lens, logps = [], [], [], [], [], []
+        padded: dict[int, tuple[list[int], list[int]]] = {}  # id(prompt row) -> its padded ids, mask
         for r, (p, c) in enumerate(zip(prompt_rows, completion_rows, strict=True)):
             n, room = len(c), c_len - len(c)
-            ids_p.append([*[pad] * (p_len - len(p)), *p])
-            mask_p.append([0] * (p_len - len(p)) + [1] * len(p))
+            if id(p) not in padded:  # rows sharing one prompt list (a group) share its padding
+                padded[id(p)] = ([*[pad] * (p_len - len(p)), *p], [0] * (p_len - len(p)) + [1] * len(p))
+            ids_p.append(padded[id(p)][0])
+            mask_p.append(padded[id(p)][1])
             ids_c.append([*c, *[pad] * room])
             keep = 0 if (mask_truncated and reasons[r] == "length" and n) else 1
             if masks is None:
