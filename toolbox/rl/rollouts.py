@@ -18,6 +18,7 @@ num_generations`` rows keep each prompt's completions consecutive.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -205,8 +206,18 @@ class TextRollout:
 
     # slicing ------------------------------------------------------------------------------------
     def select(self, index: Tensor | Sequence[int]) -> TextRollout:
-        """The rows ``index`` (tensors, lists and fields alike)."""
+        """The rows ``index`` (tensors, lists and fields alike). Every row in order (a round taken as
+        one minibatch, one micro-batch): the same tensors, new lists, nothing indexed (0.1 ms)."""
         idx = torch.as_tensor(index, dtype=torch.long)
+        if len(idx) == len(self) and torch.equal(idx, torch.arange(len(self))):
+            out = copy.copy(self)
+            for f in fields(self):
+                v = getattr(self, f.name)
+                if isinstance(v, list):
+                    setattr(out, f.name, list(v))
+                elif f.name == "fields":
+                    setattr(out, f.name, {k: list(vals) for k, vals in v.items()})
+            return out
         values: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
