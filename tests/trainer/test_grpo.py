@@ -131,6 +131,19 @@ def test_shared_engine_generates_with_updated_weights(grpo_overrides):
     engine.shutdown()
 
 
+def test_default_engine_keeps_no_prefix_cache_and_generates_in_train_mode(grpo_overrides):
+    """Every round follows an update, so the cache could never serve a round: GRPO's default torch
+    engine keeps none; its forward reads no module mode, so the policy is not switched to eval."""
+    parts = _build([*grpo_overrides, "trainer.max_steps=1"])
+    trainer = parts.trainer
+    assert trainer.engine.batcher.prefix_cache is None and trainer.engine.mode_independent
+    modes = []
+    submit = trainer.engine.submit_requests
+    trainer.engine.submit_requests = lambda *a, **k: modes.append(parts.model.training) or submit(*a, **k)
+    trainer.fit()
+    assert modes == [True]
+
+
 def test_raising_reward_is_logged_and_skipped(grpo_overrides, caplog):
     parts = _build(
         [*grpo_overrides, "trainer.max_steps=2", DENSE, "+trainer.rewards.bad={name: _test_raises}"]

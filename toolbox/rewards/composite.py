@@ -112,9 +112,8 @@ class CompositeReward(Reward):
             if failed:
                 self.errors[name] += 1
             metrics[f"rewards/{name}/errors"] = float(self.errors[name])
-            for i, s in enumerate(scores):
-                if s is not None:
-                    table[i, j] = s
+            # one column write (as float32, like an element's), not one tensor write per completion
+            table[:, j] = torch.tensor([float("nan") if s is None else s for s in scores], dtype=table.dtype)
             col = table[:, j]
             valid = col[~torch.isnan(col)]
             metrics[f"rewards/{name}/mean"] = valid.mean().item() if valid.numel() else float("nan")

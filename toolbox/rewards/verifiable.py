@@ -139,8 +139,15 @@ class NumericMatch(Reward):
                 f"numeric_match needs the field '{self.answer_field}'; the samples have {sorted(fields)}"
             )
         out: list[float | None] = []
+        refs: dict[Any, Fraction | None] = {}  # a group's completions share their prompt's reference
         for completion, reference in zip(completions, fields[self.answer_field], strict=True):
-            ref = reference_number(reference)
+            key = (type(reference), reference) if isinstance(reference, str | int | float) else None
+            if key is None:
+                ref = reference_number(reference)
+            elif key in refs:
+                ref = refs[key]
+            else:
+                ref = refs[key] = reference_number(reference)
             if ref is None:
                 out.append(None)
                 continue

@@ -18,6 +18,7 @@ num_generations`` rows keep each prompt's completions consecutive.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -94,8 +95,9 @@ class TextRollout:
         for i, out in enumerate(outputs):
             if len(out.completions) != n:
                 raise ValueError(f"prompt {i} has {len(out.completions)} completions, expected {n}")
+            prompt = list(out.prompt_token_ids)  # one list for the group: from_rows pads it once
             for c in out.completions:
-                prompt_rows.append(list(out.prompt_token_ids))
+                prompt_rows.append(prompt)
                 completion_rows.append(list(c.token_ids))
                 texts.append(c.text)
                 reasons.append(c.finish_reason)
@@ -158,10 +160,13 @@ class TextRollout:
         # one tensor each from padded Python lists: much cheaper than several tensor copies per row
         pad = pad_token_id
         ids_p, mask_p, ids_c, mask_c, lens, logps = [], [], [], [], [], []
+        padded: dict[int, tuple[list[int], list[int]]] = {}  # id(prompt row) -> its padded ids, mask
         for r, (p, c) in enumerate(zip(prompt_rows, completion_rows, strict=True)):
             n, room = len(c), c_len - len(c)
-            ids_p.append([*[pad] * (p_len - len(p)), *p])
-            mask_p.append([0] * (p_len - len(p)) + [1] * len(p))
+            if id(p) not in padded:  # rows sharing one prompt list (a group) share its padding
+                padded[id(p)] = ([*[pad] * (p_len - len(p)), *p], [0] * (p_len - len(p)) + [1] * len(p))
+            ids_p.append(padded[id(p)][0])
+            mask_p.append(padded[id(p)][1])
             ids_c.append([*c, *[pad] * room])
             keep = 0 if (mask_truncated and reasons[r] == "length" and n) else 1
             if masks is None:
@@ -201,8 +206,18 @@ class TextRollout:
 
     # slicing ------------------------------------------------------------------------------------
     def select(self, index: Tensor | Sequence[int]) -> TextRollout:
-        """The rows ``index`` (tensors, lists and fields alike)."""
+        """The rows ``index`` (tensors, lists and fields alike). Every row in order (a round taken as
+        one minibatch, one micro-batch): the same tensors, new lists, nothing indexed (0.1 ms)."""
         idx = torch.as_tensor(index, dtype=torch.long)
+        if len(idx) == len(self) and torch.equal(idx, torch.arange(len(self))):
+            out = copy.copy(self)
+            for f in fields(self):
+                v = getattr(self, f.name)
+                if isinstance(v, list):
+                    setattr(out, f.name, list(v))
+                elif f.name == "fields":
+                    setattr(out, f.name, {k: list(vals) for k, vals in v.items()})
+            return out
         values: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)

@@ -110,14 +110,46 @@ class SamplingTensors:
             logit_bias=bias,
             greedy=greedy,
             all_greedy=bool(greedy.all()),
-            any_top_k=any(p.top_k > 0 for p in params),
-            any_top_p=any(p.top_p < 1.0 for p in params),
-            any_min_p=any(p.min_p > 0.0 for p in params),
-            any_penalty=any(p.repetition_penalty != 1.0 for p in params),
-            any_output_penalty=any(p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 for p in params),
-            any_logprobs=any(p.logprobs for p in params),
-            max_top_logprobs=max((p.top_logprobs for p in params if p.logprobs), default=0),
+            **_flags(params),
         )
+
+    def select(self, rows: Sequence[int], params: Sequence[SamplingParams]) -> SamplingTensors:
+        """The rows ``rows`` of this batch (the running batch after some completions finished);
+        ``params[j]`` is row ``rows[j]``'s. The values ``from_params(params)`` builds, taken by
+        indexing the tensors instead of rebuilding them from Python lists (at the tiny GRPO size,
+        0.05 ms a decode step instead of 0.25). A batch with a ``logit_bias`` is rebuilt."""
+        if self.logit_bias is not None:
+            return SamplingTensors.from_params(params, device=self.temperature.device)
+        idx = torch.tensor(rows, dtype=torch.long, device=self.temperature.device)
+        greedy = self.greedy[idx]
+        return SamplingTensors(
+            temperature=self.temperature[idx],
+            top_k=self.top_k[idx],
+            top_p=self.top_p[idx],
+            min_p=self.min_p[idx],
+            repetition_penalty=self.repetition_penalty[idx],
+            presence_penalty=self.presence_penalty[idx],
+            frequency_penalty=self.frequency_penalty[idx],
+            logit_bias=None,
+            greedy=greedy,
+            all_greedy=bool(greedy.all()),
+            **_flags(params),
+        )
+
+
+def _flags(params: Sequence[SamplingParams]) -> dict[str, bool | int]:
+    """The batch-wide switches of ``SamplingTensors`` (which processing steps some row needs; but
+    ``all_greedy``, read from the tensor); rows of one request share its parameters object, looked at once."""
+    params = list({id(p): p for p in params}.values())
+    return {
+        "any_top_k": any(p.top_k > 0 for p in params),
+        "any_top_p": any(p.top_p < 1.0 for p in params),
+        "any_min_p": any(p.min_p > 0.0 for p in params),
+        "any_penalty": any(p.repetition_penalty != 1.0 for p in params),
+        "any_output_penalty": any(p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 for p in params),
+        "any_logprobs": any(p.logprobs for p in params),
+        "max_top_logprobs": max((p.top_logprobs for p in params if p.logprobs), default=0),
+    }
 
 
 MAX_PENALTY = 2.0  # OpenAI's range of presence_penalty and frequency_penalty: [-2, 2]
@@ -290,10 +322,10 @@ def sample(
     probs = processed.softmax(dim=-1)
     noise = torch.empty_like(probs)
     noise.exponential_(generator=default_generator)
-    if generators is not None:
-        for i, g in enumerate(generators):
+    if generators is not None:  # the rows as views from one call (64 ``noise[i]`` cost 0.05 ms)
+        for row, g in zip(noise.unbind(0), generators, strict=True):
             if g is not None:
-                noise[i].exponential_(generator=g)
+                row.exponential_(generator=g)
     drawn = (probs / noise).argmax(dim=-1)
     return torch.where(t.greedy, greedy_tokens, drawn)
 

@@ -226,3 +226,31 @@ def test_stop_strings_are_held_back_then_cut(bpe):
         assert "hello world, ".startswith(released)  # nothing released that the stop string later cuts
     released += inc.take(final=True)
     assert stopped_at is not None and released == inc.text == "hello world, "
+
+
+def test_select_equals_rebuilding_from_the_rows_params():
+    """The scheduler's retire takes the survivors' rows of the batch's tensors: the same values and
+    switches as from_params of their parameters (here the only top-k, greedy and logprobs rows go)."""
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.7, top_k=5, logprobs=True, top_logprobs=3),
+        SamplingParams(temperature=1.3, top_p=0.9, min_p=0.05, repetition_penalty=1.2),
+        SamplingParams(temperature=1.0, presence_penalty=0.5, frequency_penalty=-0.25),
+    ]
+    rows = [3, 2]
+    got = SamplingTensors.from_params(params).select(rows, [params[r] for r in rows])
+    want = SamplingTensors.from_params([params[r] for r in rows])
+    for name, value in vars(want).items():
+        if torch.is_tensor(value):
+            assert torch.equal(getattr(got, name), value), name
+        else:
+            assert getattr(got, name) == value, name
+    assert (got.all_greedy, got.any_top_k, got.any_top_p, got.any_penalty, got.any_logprobs) == (
+        False, False, True, True, False,
+    )  # fmt: skip
+
+
+def test_select_of_a_batch_with_logit_bias_rebuilds_it():
+    params = [SamplingParams(logit_bias={3: 5.0}), SamplingParams(logit_bias={1: -2.0, 4: 1.0})]
+    got = SamplingTensors.from_params(params).select([1], [params[1]])
+    assert [t.tolist() for t in got.logit_bias] == [[0, 0], [1, 4], [-2.0, 1.0]]

@@ -219,6 +219,9 @@ class TorchEngine(InferenceEngine):
         )
 
     supports_submit = True
+    #: its forward computes from the model's weights and never reads the modules' train/eval mode
+    #: (no dropout anywhere), so a trainer sharing the model need not switch it to eval to generate
+    mode_independent = True
 
     def submit_request(
         self,
