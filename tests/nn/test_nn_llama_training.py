@@ -195,6 +195,22 @@ def test_the_model_keeps_its_parameters_and_state_dict() -> None:
     assert all(p.grad is not None for p in model.parameters())
 
 
+def test_rotary_tables_first_built_in_inference_mode_serve_a_training_forward() -> None:
+    """A preference reference reads in inference mode and may be the first to see a length (its
+    forward shares the tables with the policy's where an adapter is disabled): the tables must be
+    plain tensors, which the policy's forward saves for backward."""
+    model = build_llama()
+    fast = training_forward(model)
+    batch = right_padded_batch()
+    with torch.inference_mode():
+        CausalLMLoss()(fast, batch)
+    assert not any(t.is_inference() for tables in fast._rotary.values() for t in tables)
+    out, grads = loss_and_grads(model, fast, batch)
+    ref, ref_grads = loss_and_grads(model, training_forward(model), batch)
+    assert torch.equal(out.loss_sum, ref.loss_sum)
+    assert grads.keys() == ref_grads.keys() and all(torch.equal(grads[n], g) for n, g in ref_grads.items())
+
+
 def build_family(architecture, **settings):
     torch.manual_seed(0)
     sizes = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 96}

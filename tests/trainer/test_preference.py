@@ -91,6 +91,22 @@ def test_one_concatenated_forward_per_model(pref_overrides):
     assert not any(p.requires_grad for p in parts.trainer.reference.parameters())
 
 
+@pytest.mark.parametrize("forward", ["lean", "model"])
+def test_reference_logps_are_the_no_grad_ones_as_a_plain_tensor(pref_overrides, forward):
+    """The reference reads in inference mode (cheaper than no_grad): the same sums bit for bit, handed
+    back as a plain tensor (an inference tensor could not be saved for the loss's backward)."""
+    from toolbox.objectives.logprobs import completion_logps
+
+    parts = _build([*pref_overrides, "trainer.max_steps=1", f"trainer.forward={forward}"])
+    trainer = parts.trainer
+    batch = trainer.to_device(trainer.loader.next_batch())
+    sums = trainer.reference_logps(batch)
+    assert not sums.is_inference() and not sums.requires_grad
+    with torch.no_grad():
+        assert torch.equal(sums, completion_logps(trainer._reference_forward, batch)[0])
+    trainer.train_step()  # the loss takes them into its backward
+
+
 def test_precomputed_reference_gives_the_same_step(pref_overrides):
     live = _build([*pref_overrides, "trainer.max_steps=1"])
     pre = _build(

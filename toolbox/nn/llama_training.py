@@ -146,8 +146,10 @@ class LlamaTrainingForward:
         key = (length, device, dtype)
         if key not in self._rotary:
             rotary = self.model.model.rotary_emb
-            positions = torch.arange(length, device=device)[None]
-            with torch.no_grad():
+            # plain tensors even when first built inside inference mode (a reference's forward):
+            # the policy's forward saves them for backward
+            with torch.inference_mode(False), torch.no_grad():
+                positions = torch.arange(length, device=device)[None]
                 cos, sin = rotary(torch.empty((), dtype=dtype, device=device), positions)
                 half = sin.shape[-1] // 2
                 signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)

@@ -176,8 +176,11 @@ class PreferenceTrainerBase(BaseTrainer):
         rows = batch
         if first_row:
             rows = {k: batch[k][first_row:] for k in ("input_ids", "attention_mask", "completion_mask")}
-        with torch.no_grad():
-            return completion_logps(self._reference_forward, rows)[0]
+        # inference mode: no view or version tracking for a forward nothing differentiates (the same
+        # kernels, so the same sums); the clone is a plain tensor the loss may save for backward
+        with torch.inference_mode():
+            sums = completion_logps(self._reference_forward, rows)[0]
+        return sums.clone()
 
     # one step -----------------------------------------------------------------------------------
     def to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
