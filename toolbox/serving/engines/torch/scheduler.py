@@ -566,17 +566,7 @@ class ContinuousBatcher:
                 seq.cache_len += 1
         if not t.any_logprobs:
             for seq, token in zip(seqs, tokens.tolist(), strict=True):
-                request = seq.request
-                if seq.matcher is None and seq.text is None and not request.handle.stream:
-                    # _append's path without grammar, stop strings or streaming, inline (RL rollouts:
-                    # 64 rows a step, 0.4 ms of a rollout's 20 in the call and its checks)
-                    seq.tokens.append(token)
-                    if token in request.stop_ids:
-                        self._finish_seq(seq, "stop")
-                    elif len(seq.tokens) >= request.limit:
-                        self._finish_seq(seq, "length")
-                else:
-                    self._append(seq, token, None, None)
+                self._append(seq, token, None, None)
             return
         source = logits if self.logprobs_mode == "raw" else processed
         chosen, top_values, top_ids = logprobs_and_top(source, tokens, t.max_top_logprobs)
