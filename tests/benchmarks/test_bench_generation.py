@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.conftest import FAIR_SETTINGS
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -41,13 +43,7 @@ def test_a_tiny_run_writes_every_batch_size_under_the_harness_settings(tiny_run)
     data = tiny_run
     assert data["format"] == 1 and data["benchmark"] == "generation"
     assert data["command"].startswith("python benchmarks/generation.py --size tiny --rounds 1")
-    assert data["settings"] == {
-        "threads": 1,
-        "deterministic": True,
-        "fill_uninitialized_memory": False,
-        "grad_enabled": True,
-        "dtype": "float32",
-    }
+    assert data["settings"] == FAIR_SETTINGS
     assert data["model"] == {
         "name": "tiny_llama",
         "size": "tiny",

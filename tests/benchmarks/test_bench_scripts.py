@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.conftest import FAIR_SETTINGS
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -32,13 +34,7 @@ def test_a_script_writes_both_sides_under_the_same_settings(name, tmp_path):
     cmd = [sys.executable, f"benchmarks/{name}.py", *TINY[name], "--rounds", "2", "--out", str(out)]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=1200)
     data = json.loads(out.read_text())
-    assert data["settings"] == {
-        "threads": 1,
-        "deterministic": True,
-        "fill_uninitialized_memory": False,
-        "grad_enabled": True,
-        "dtype": "float32",
-    }
+    assert data["settings"] == FAIR_SETTINGS
     assert len(data["orders"]) == 2 and data["orders"][0] == list(reversed(data["orders"][1]))
     assert len(data["load_before"]) == 3 and len(data["load_after"]) == 3
     ratio = data["ratios"][next(iter(data["ratios"]))]
